@@ -1,0 +1,1 @@
+"""Models and the agents that drive them through the envs."""

@@ -1,0 +1,1 @@
+"""Episodes and scoring: gymnasium.Env classes, their spaces, feedback and scorers."""

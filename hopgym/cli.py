@@ -1,0 +1,36 @@
+"""The ``hopgym`` command line: a thin dispatcher over one module per subcommand."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hopgym.errors import HopgymError
+
+# Each module defines ``register(subparsers)`` adding its subcommand with ``set_defaults(func=...)``.
+COMMAND_MODULES = ("hopgym.commands.demo",)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hopgym", description=__doc__)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except HopgymError as exc:
+        print(f"hopgym: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("hopgym: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""One module per ``hopgym`` subcommand; each exposes ``register(subparsers)``."""

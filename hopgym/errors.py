@@ -1,0 +1,31 @@
+"""One typed error hierarchy for the whole package, so callers can catch by meaning."""
+
+from __future__ import annotations
+
+
+class HopgymError(Exception):
+    """Base class of every error hopgym raises on purpose."""
+
+
+class DataError(HopgymError):
+    """A dataset file is missing, unreadable or malformed."""
+
+
+class DownloadError(DataError):
+    """A dataset could not be fetched from its upstream source."""
+
+
+class ConfigError(HopgymError, ValueError):
+    """An env, agent or CLI option has a value that is not allowed."""
+
+
+class SandboxError(HopgymError):
+    """The sandbox could not be started or used."""
+
+
+class IsolationUnavailableError(SandboxError):
+    """The requested isolation level is not available on this machine."""
+
+
+class ModelError(HopgymError):
+    """The model server failed or returned something unusable."""

@@ -1,0 +1,89 @@
+"""The one interface every sandbox backend implements.
+
+A sandbox runs untrusted tool code. The env layer only sees this interface: it loads one task's tool
+sources per episode (a fresh namespace every time) and calls functions by name with JSON arguments.
+Backends (``process``, ``docker``) differ in how the worker is isolated, never in behaviour.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+CallStatus = Literal["ok", "error", "timeout", "resource_limit"]
+"""``ok``: the function returned; ``error``: it raised (or the call could not be made, e.g. unknown name);
+``timeout``: the wall-clock limit killed the worker; ``resource_limit``: memory, CPU-seconds, file-size or
+output limits stopped it (the worker may have been replaced)."""
+
+
+@dataclass(frozen=True)
+class CallResult:
+    """What one function call (or one code execution) produced inside the sandbox."""
+
+    status: CallStatus
+    value: Any = None
+    """The return value, JSON-serialised inside the worker (non-JSON values arrive as their ``repr``)."""
+    error: str | None = None
+    """``"ExceptionType: message"`` when the code raised, or a description of the limit that stopped it."""
+    stdout: str = ""
+    """Captured stdout and stderr of the call, capped."""
+    truncated: bool = False
+    """True when ``value`` (or the output) was cut at the size cap; the value then is a string with a marker."""
+    latency_ms: float = 0.0
+    tool_calls: tuple[dict[str, Any], ...] = ()
+    """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error"}`` per call of a
+    loaded function made from the code, in order (calls refused by the hook included)."""
+
+
+@dataclass(frozen=True)
+class LoadResult:
+    """What loading one episode's tool sources produced."""
+
+    functions: tuple[str, ...]
+    """Names of the callable functions now defined in the episode namespace."""
+    errors: tuple[str, ...] = field(default=())
+    """One message per source that failed to compile or execute (the others are still loaded)."""
+
+
+ToolCallHook = Callable[[str, dict[str, Any]], "str | None"]
+"""Called on the host for each tool call made from code run by :meth:`Sandbox.execute`.
+Returns ``None`` to let the call run, or an error text that the call raises inside the code instead."""
+
+
+class Sandbox(ABC):
+    """A pool of isolated workers that run one episode's tool code at a time."""
+
+    @property
+    @abstractmethod
+    def isolation(self) -> str:
+        """The isolation in force, e.g. ``"bwrap+seccomp+rlimits"``; never silently weaker than asked."""
+
+    @abstractmethod
+    def load(self, sources: Sequence[str]) -> LoadResult:
+        """Start an episode: a fresh namespace (fresh worker) holding the given module sources."""
+
+    @abstractmethod
+    def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
+        """Call ``name(**arguments)`` in the current episode namespace."""
+
+    @abstractmethod
+    def execute(
+        self, code: str, on_tool_call: ToolCallHook | None = None, timeout: float | None = None
+    ) -> CallResult:
+        """Run a code block (CodeAct) in the episode namespace with the loaded functions bound.
+
+        ``value`` is the value of the last expression (or None); ``stdout`` holds what the code printed.
+        Each call of a loaded function from the code is first passed to ``on_tool_call``.
+        """
+
+    @abstractmethod
+    def close(self) -> None:
+        """Stop every worker; the sandbox is unusable afterwards."""
+
+    def __enter__(self) -> Sandbox:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,1 @@
+"""Tool code and documents generated from KG relations and by the construction pipeline (committed)."""
