@@ -9,7 +9,12 @@ import sys
 from hopgym.errors import HopgymError
 
 # Each module defines ``register(subparsers)`` adding its subcommand with ``set_defaults(func=...)``.
-COMMAND_MODULES = ("hopgym.commands.demo",)
+COMMAND_MODULES = (
+    "hopgym.commands.demo",
+    "hopgym.commands.eval",
+    "hopgym.commands.serve",
+    "hopgym.commands.report",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

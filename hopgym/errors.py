@@ -27,5 +27,17 @@ class IsolationUnavailableError(SandboxError):
     """The requested isolation level is not available on this machine."""
 
 
+class WorkerTimeoutError(SandboxError):
+    """A sandbox worker did not answer within its wall-clock deadline."""
+
+
+class WorkerCrashedError(SandboxError):
+    """A sandbox worker exited, or wrote something that is not a protocol message."""
+
+
 class ModelError(HopgymError):
     """The model server failed or returned something unusable."""
+
+
+class KGError(HopgymError, LookupError):
+    """A knowledge-graph lookup or update named an entity, relation or triple the graph does not hold."""

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Prepares a real Docker engine and the hopgym sandbox image on a machine without an image registry
+# (this CI): installs Debian's docker.io and debootstrap, starts dockerd, builds a Debian base image
+# with python3 by debootstrap, then the project's image from the Dockerfile. Idempotent: each step is
+# skipped when its result is already there, and the image build reuses Docker's layer cache.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+BASE_IMAGE="${HOPGYM_BASE_IMAGE:-hopgym-base:bookworm}"
+DOCKERD_LOG="${HOPGYM_DOCKERD_LOG:-/tmp/hopgym-dockerd.log}"
+DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
+
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+fi
+
+if ! docker info >/dev/null 2>&1; then
+    # No bridge network and no iptables here: containers get --network none, image builds --network host.
+    setsid nohup dockerd --iptables=false --bridge=none --storage-driver=overlay2 >"$DOCKERD_LOG" 2>&1 &
+    for _ in $(seq 60); do
+        docker info >/dev/null 2>&1 && break
+        sleep 1
+    done
+    docker info >/dev/null 2>&1 || { echo "dockerd did not come up; its log:" >&2; tail -20 "$DOCKERD_LOG" >&2; exit 1; }
+fi
+
+if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
+    rootfs="$(mktemp -d)"
+    trap 'rm -rf "$rootfs"' EXIT
+    debootstrap --variant=minbase --include=python3,ca-certificates bookworm "$rootfs" "$DEBIAN_MIRROR" >/dev/null
+    # The base trusts the host's local certificate authorities (this network inspects TLS with its own).
+    if compgen -G "/usr/local/share/ca-certificates/*.crt" >/dev/null; then
+        cp /usr/local/share/ca-certificates/*.crt "$rootfs/usr/local/share/ca-certificates/"
+        chroot "$rootfs" update-ca-certificates >/dev/null
+    fi
+    tar -C "$rootfs" --exclude=./var/cache/apt/archives/*.deb --exclude=./var/lib/apt/lists/* -c . \
+        | docker import - "$BASE_IMAGE" >/dev/null
+fi
+
+.venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host

@@ -1,0 +1,50 @@
+# The hopgym sandbox image: a slim Python holding only the sandbox worker and the third-party libraries
+# that ToolHop's tool code imports, run as a non-root user. The default (last) stage is the sandbox:
+#   hopgym sandbox build                    (or: docker build -t hopgym-sandbox .)
+# A machine without an image registry passes a locally built Debian base that has python3:
+#   hopgym sandbox build --base hopgym-base:bookworm --network host
+# The `hopgym` stage runs the package itself:  docker build --target hopgym -t hopgym .
+ARG BASE=python:3.11-slim
+
+# A Python with pip: the base's own, or Debian's python3-pip where the base has none (a debootstrap base).
+FROM ${BASE} AS python-pip
+ENV PIP_BREAK_SYSTEM_PACKAGES=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_ROOT_USER_ACTION=ignore
+RUN python3 -m pip --version >/dev/null 2>&1 || { apt-get update -qq \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null \
+    && rm -rf /var/lib/apt/lists/*; }
+
+# What the worker imports (pyseccomp; RestrictedPython for policy="restricted") and what the full ToolHop
+# set's tool code imports beyond the standard library; kept apart so the sandbox stage needs no pip.
+FROM python-pip AS tool-libraries
+RUN python3 -m pip install --quiet --target /opt/hopgym/lib \
+        pyseccomp==0.1.2 RestrictedPython==9.0 \
+        pytz==2026.6 python-dateutil==4.0.0 dicttoxml==1.7.16 babel==2.18.0
+
+# hopgym itself (dependencies first, so a source change reinstalls only the package).
+FROM python-pip AS hopgym
+WORKDIR /src
+COPY pyproject.toml README.md ./
+RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+        > /tmp/requirements.txt \
+    && python3 -m pip install --quiet -r /tmp/requirements.txt docker==7.2.0 && rm /tmp/requirements.txt
+COPY . .
+RUN python3 -m pip install --quiet --no-deps . && rm -rf /src/* \
+    && useradd --system --uid 10001 --user-group --create-home --shell /usr/sbin/nologin hopgym
+USER 10001:10001
+WORKDIR /home/hopgym
+ENTRYPOINT ["hopgym"]
+
+# The sandbox: base Python + worker + libraries, nothing else. hopgym starts it read-only, without network
+# or capabilities, with a small tmpfs at /tmp, as uid 10001.
+FROM ${BASE} AS sandbox
+RUN python3 -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('seccomp') is None)" \
+        || { echo "the base image lacks libseccomp (libseccomp2), which the worker's seccomp filter needs" >&2; exit 1; } \
+    && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
+        --shell /usr/sbin/nologin hopgym
+COPY --from=tool-libraries /opt/hopgym/lib /opt/hopgym/lib
+COPY sandbox/worker.py sandbox/policy.py /opt/hopgym/
+ENV PYTHONPATH=/opt/hopgym/lib PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
+LABEL org.opencontainers.image.title="hopgym-sandbox" \
+      org.opencontainers.image.description="hopgym's sandbox worker for untrusted tool code"
+USER 10001:10001
+WORKDIR /tmp

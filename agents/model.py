@@ -1,0 +1,229 @@
+"""The one model client: a thin layer over litellm with retries, timeouts and token accounting.
+
+litellm is imported lazily (it takes seconds) and with its network cost-map fetch disabled. The client
+does its own retrying (the OpenAI client's built-in retries are switched off) so the count is exact and
+every retry is visible in the episode record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from hopgym.errors import ConfigError, ModelError
+
+# Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
+_MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+
+
+def import_litellm() -> Any:
+    """Import litellm offline and quiet: no cost-map download, no telemetry, no message logging."""
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    try:
+        import litellm
+    except ImportError as exc:
+        raise ConfigError("the model client needs litellm: pip install 'hopgym[agents]'") from exc
+    litellm.telemetry = False
+    litellm.suppress_debug_info = True
+    litellm.turn_off_message_logging = True
+    return litellm
+
+
+@dataclass
+class Usage:
+    """Token and request counts, summed over an episode (or a run)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    requests: int = 0
+    retries: int = 0
+
+    def add(self, other: Usage) -> None:
+        self.prompt_tokens += other.prompt_tokens
+        self.completion_tokens += other.completion_tokens
+        self.requests += other.requests
+        self.retries += other.retries
+
+    def as_dict(self) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "requests": self.requests,
+            "retries": self.retries,
+        }
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    """One assistant turn: the message in OpenAI form plus what it cost."""
+
+    message: dict[str, Any]
+    usage: Usage
+    latency_ms: float
+    finish_reason: str | None = None
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """How to reach a model and how to sample from it (greedy by default, as the paper)."""
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    timeout: float = 120.0
+    max_retries: int = 4
+    backoff_base: float = 0.5
+    backoff_max: float = 20.0
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    """Further litellm keyword arguments (e.g. ``seed``), passed through unchanged."""
+
+
+def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """OpenAI-valid copies of the messages: ``content: ""`` (not null) beside tool calls, JSON-string
+    arguments, and no keys servers reject."""
+    prepared = []
+    for message in messages:
+        clean = {key: message[key] for key in _MESSAGE_KEYS if key in message}
+        if clean.get("content") is None:
+            clean["content"] = ""
+        if clean.get("tool_calls"):
+            clean["tool_calls"] = [_prepare_tool_call(call) for call in clean["tool_calls"]]
+        elif "tool_calls" in clean:
+            del clean["tool_calls"]
+        prepared.append(clean)
+    return prepared
+
+
+def _prepare_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
+    function = dict(call.get("function") or {})
+    arguments = function.get("arguments")
+    if not isinstance(arguments, str):
+        function["arguments"] = json.dumps(arguments if arguments is not None else {})
+    return {"id": call.get("id", ""), "type": "function", "function": function}
+
+
+def _message_from_response(response: Any) -> tuple[dict[str, Any], str | None]:
+    choice = response.choices[0]
+    raw = choice.message
+    message: dict[str, Any] = {"role": "assistant", "content": raw.content or ""}
+    reasoning = getattr(raw, "reasoning_content", None)
+    if reasoning:
+        message["reasoning_content"] = reasoning
+    if raw.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call.id,
+                "type": "function",
+                "function": {"name": call.function.name, "arguments": call.function.arguments},
+            }
+            for call in raw.tool_calls
+        ]
+    return message, choice.finish_reason
+
+
+def _usage_from_response(response: Any) -> Usage:
+    usage = getattr(response, "usage", None)
+    return Usage(
+        prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+        completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        requests=1,
+    )
+
+
+def is_retryable(exc: BaseException, litellm: Any) -> bool:
+    """Timeouts, connection failures, rate limits and 5xx are worth retrying; other errors are not."""
+    if isinstance(exc, (litellm.Timeout, litellm.APIConnectionError, litellm.RateLimitError)):
+        return True
+    status = getattr(exc, "status_code", None)
+    return isinstance(status, int) and status >= 500
+
+
+class ModelClient:
+    """Sends chat requests to any litellm provider string and returns :class:`ModelReply` objects."""
+
+    def __init__(self, config: ModelConfig) -> None:
+        if config.max_retries < 0 or config.timeout <= 0:
+            raise ConfigError(
+                f"max_retries must be >= 0 and timeout > 0, got {config.max_retries} and {config.timeout}"
+            )
+        self.config = config
+        self._litellm = import_litellm()
+        import openai  # installed with litellm; its error class is the base of every litellm error
+
+        self._error_base = openai.OpenAIError
+
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        tool_choice: str | Mapping[str, Any] | None = None,
+        stop: Sequence[str] | None = None,
+    ) -> ModelReply:
+        """One assistant turn; retries transient failures with exponential backoff, else raises ModelError."""
+        request = self._request(messages, tools, tool_choice, stop)
+        usage = Usage()
+        for attempt in range(self.config.max_retries + 1):
+            started = time.perf_counter()
+            try:
+                response = await self._litellm.acompletion(**request)
+            except self._error_base as exc:  # the base of every error litellm maps to
+                if not is_retryable(exc, self._litellm):
+                    raise ModelError(f"{self.config.model}: {type(exc).__name__}: {exc}") from exc
+                if attempt == self.config.max_retries:
+                    raise ModelError(
+                        f"{self.config.model}: gave up after {attempt + 1} attempts: "
+                        f"{type(exc).__name__}: {exc}"
+                    ) from exc
+                usage.retries += 1
+                await asyncio.sleep(self._backoff(attempt))
+                continue
+            latency_ms = (time.perf_counter() - started) * 1000
+            if not getattr(response, "choices", None):
+                raise ModelError(f"{self.config.model}: the server returned no choices")
+            message, finish_reason = _message_from_response(response)
+            usage.add(_usage_from_response(response))
+            return ModelReply(message, usage, latency_ms, finish_reason)
+        raise AssertionError("unreachable: the loop returns or raises")
+
+    def _request(
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None,
+        tool_choice: str | Mapping[str, Any] | None,
+        stop: Sequence[str] | None,
+    ) -> dict[str, Any]:
+        config = self.config
+        request: dict[str, Any] = {
+            "model": config.model,
+            "messages": prepare_messages(messages),
+            "temperature": config.temperature,
+            "timeout": config.timeout,
+            "max_retries": 0,
+            "num_retries": 0,
+            **config.extra,
+        }
+        if config.api_base:
+            request["api_base"] = config.api_base
+        if config.api_key:
+            request["api_key"] = config.api_key
+        if config.max_tokens:
+            request["max_tokens"] = config.max_tokens
+        if tools:
+            request["tools"] = list(tools)
+            if tool_choice:
+                request["tool_choice"] = tool_choice
+        if stop:
+            request["stop"] = list(stop)
+        return request
+
+    def _backoff(self, attempt: int) -> float:
+        delay = min(self.config.backoff_max, self.config.backoff_base * 2**attempt)
+        return delay * (0.5 + random.random() / 2)

@@ -1,0 +1,32 @@
+"""Agent names as the CLI knows them, and per-episode construction with checked options."""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from hopgym.agents.base import Agent
+from hopgym.agents.codeact import CodeActAgent
+from hopgym.agents.direct import DirectAgent
+from hopgym.agents.fc import FunctionCallingAgent
+from hopgym.agents.model import ModelClient
+from hopgym.agents.react import ReActAgent
+from hopgym.errors import ConfigError
+
+AGENTS: dict[str, type[Agent]] = {
+    agent.name: agent for agent in (FunctionCallingAgent, ReActAgent, CodeActAgent, DirectAgent)
+}
+
+
+def agent_factory(name: str, client: ModelClient, options: Mapping[str, Any]) -> Callable[[], Agent]:
+    """A function making a fresh agent per episode; unknown names or options fail here, before any run."""
+    if name not in AGENTS:
+        raise ConfigError(f"unknown agent {name!r}; valid agents: {', '.join(sorted(AGENTS))}")
+    agent_class = AGENTS[name]
+    accepted = set(inspect.signature(agent_class.__init__).parameters) - {"self", "client"}
+    unknown = set(options) - accepted
+    if unknown:
+        valid = ", ".join(sorted(accepted)) or "none"
+        raise ConfigError(f"agent {name!r} has no option(s) {', '.join(sorted(unknown))}; valid: {valid}")
+    return lambda: agent_class(client, **options)

@@ -1,0 +1,263 @@
+"""The evaluation runner behind ``hopgym eval``: many episodes at once, one JSON line per finished one.
+
+Model calls are asyncio coroutines; env resets and steps (sandboxed tool calls) run in worker threads,
+one env per concurrent episode, so a slow tool never blocks the model calls of other episodes. Finished
+episodes are appended to ``episodes.jsonl`` at once; ``resume`` skips the task ids already there. A
+model-server or sandbox failure ends only its episode, recorded with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+import gymnasium as gym
+from tqdm import tqdm
+
+import hopgym  # noqa: F401 - registers the envs
+from hopgym.agents.base import Agent
+from hopgym.agents.model import ModelClient, ModelConfig
+from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.registry import agent_factory
+from hopgym.agents.summary import markdown_table, run_title, summarize
+from hopgym.errors import ConfigError, HopgymError, ModelError
+
+RUN_FILE = "run.json"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything one run needs; ``run_identity`` is what a resumed run must share with the original."""
+
+    out: Path
+    model: ModelConfig
+    env_id: str = "ToolHop-v0"
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    agent: str = "fc"
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    concurrency: int = 8
+    limit: int | None = None
+    resume: bool = False
+    progress: bool = True
+
+    def run_identity(self) -> dict[str, Any]:
+        return {
+            "env": self.env_id,
+            "env_kwargs": dict(self.env_kwargs),
+            "agent": self.agent,
+            "agent_options": dict(self.agent_options),
+            "model": self.model.model,
+            "temperature": self.model.temperature,
+            "max_tokens": self.model.max_tokens,
+        }
+
+
+class EnvPool:
+    """Up to ``size`` envs, made on demand in worker threads; an env that failed is closed, not reused."""
+
+    def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
+        self._make_env = make_env
+        self._size = size
+        self._in_thread = in_thread
+        self._idle: asyncio.Queue[gym.Env] = asyncio.Queue()
+        self._idle.put_nowait(first)
+        self._created = 1
+        self.envs: list[gym.Env] = [first]
+
+    async def acquire(self) -> gym.Env:
+        if self._idle.empty() and self._created < self._size:
+            self._created += 1
+            try:
+                env = await self._in_thread(self._make_env)
+            except BaseException:
+                self._created -= 1
+                raise
+            self.envs.append(env)
+            return env
+        return await self._idle.get()
+
+    def release(self, env: gym.Env, healthy: bool) -> None:
+        if healthy:
+            self._idle.put_nowait(env)
+            return
+        self._created -= 1
+        self.envs.remove(env)
+        env.close()
+
+
+class EvalRun:
+    """One ``hopgym eval`` run over a run folder."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        if config.concurrency < 1:
+            raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+        if config.limit is not None and config.limit < 1:
+            raise ConfigError(f"--limit must be at least 1, got {config.limit}")
+        self.config = config
+        self.out = Path(config.out)
+        self.episodes_path = self.out / EPISODES_FILE
+        self._client = ModelClient(config.model)
+        self._make_agent: Callable[[], Agent] = agent_factory(config.agent, self._client, config.agent_options)
+        self._executor = ThreadPoolExecutor(max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env")
+        self._finished = 0
+        self._correct = 0
+        self._errors = 0
+
+    # -- preparation -------------------------------------------------------------------------------
+
+    def _prepare_folder(self) -> list[dict[str, Any]]:
+        """Create or check the run folder; return the records already there (resume)."""
+        identity = self.config.run_identity()
+        run_file = self.out / RUN_FILE
+        if self.out.exists() and (self.episodes_path.exists() or run_file.exists()):
+            if not self.config.resume:
+                raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or pick a new --out")
+            if run_file.exists():
+                previous = json.loads(run_file.read_text())
+                different = sorted(key for key in identity if previous.get(key) != identity[key])
+                if different:
+                    raise ConfigError(
+                        f"cannot resume {self.out}: it was run with different {', '.join(different)} "
+                        f"({ {k: previous.get(k) for k in different} } vs { {k: identity[k] for k in different} })"
+                    )
+        self.out.mkdir(parents=True, exist_ok=True)
+        run_file.write_text(json.dumps(identity, indent=2) + "\n")
+        return read_episodes(self.episodes_path, repair=True)
+
+    def _make_env(self) -> gym.Env:
+        return gym.make(self.config.env_id, **self.config.env_kwargs)
+
+    # -- running -----------------------------------------------------------------------------------
+
+    async def _in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+
+    async def _episode(self, pool: EnvPool, index: int, task_id: str) -> dict[str, Any]:
+        started = time.perf_counter()
+        agent = self._make_agent()
+        observation: Mapping[str, Any] | None = None
+        info: Mapping[str, Any] = {}
+        calls: list[dict[str, Any]] = []
+        turns = parallel_turns = 0
+        reward, terminated, truncated, error = 0.0, False, False, None
+        env = None
+        healthy = True
+        try:
+            env = await pool.acquire()
+            observation, info = await self._in_thread(env.reset, options={"index": index})
+            while not (terminated or truncated):
+                action = await agent.act(observation, info)
+                if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
+                    parallel_turns += 1
+                observation, reward, terminated, truncated, info = await self._in_thread(env.step, action)
+                turns += 1
+                calls.extend(info.get("calls") or ())
+        except HopgymError as exc:
+            error = f"{type(exc).__name__}: {exc}"
+            healthy = isinstance(exc, ModelError)  # the env itself is fine; the next reset starts afresh
+        finally:
+            if env is not None:
+                pool.release(env, healthy)
+        messages = list(observation["messages"]) if observation is not None else []
+        final = messages[-1] if terminated and messages else None
+        return {
+            "task_id": task_id,
+            "index": index,
+            "reward": float(reward),
+            "correct": bool(info.get("correct", False)) if terminated else False,
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "turns": turns,
+            "calls": calls,
+            "parallel_turns": parallel_turns,
+            "final_answer": final.get("content") if final else None,
+            "gold_answer": info.get("answer"),
+            "hops": info.get("hops"),
+            "isolation": info.get("isolation"),
+            "metrics": info.get("metrics"),
+            "agent": agent.stats.as_dict(),
+            "latency_ms": round((time.perf_counter() - started) * 1000, 1),
+            "error": error,
+            "messages": messages,
+        }
+
+    def _count(self, record: Mapping[str, Any]) -> None:
+        self._finished += 1
+        self._correct += bool(record.get("correct"))
+        self._errors += record.get("error") is not None
+
+    async def _run(self, first_env: gym.Env, pending: list[tuple[int, str]], bar: tqdm) -> None:
+        pool = EnvPool(self._make_env, min(self.config.concurrency, len(pending)), first_env, self._in_thread)
+        writer = EpisodeWriter(self.episodes_path)
+        try:
+            episodes = [asyncio.ensure_future(self._episode(pool, index, tid)) for index, tid in pending]
+            for finished in asyncio.as_completed(episodes):
+                record = await finished
+                writer.write(record)
+                self._count(record)
+                bar.set_postfix(acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False)
+                bar.update(1)
+        finally:
+            writer.close()
+            await self._in_thread(lambda: [env.close() for env in pool.envs])
+
+    def run(self) -> dict[str, Any]:
+        """Run every pending episode, then write and return the summary."""
+        previous = self._prepare_folder()
+        first_env = self._make_env()
+        try:
+            tasks = first_env.unwrapped.tasks
+            selected = [(index, str(task.id)) for index, task in enumerate(tasks)][: self.config.limit]
+            done = {str(record["task_id"]) for record in previous}
+            pending = [(index, task_id) for index, task_id in selected if task_id not in done]
+            for record in previous:
+                self._count(record)
+            bar = tqdm(
+                total=len(selected),
+                initial=len(selected) - len(pending),
+                desc=f"{self.config.agent}·{self.config.model.model}",
+                unit="ep",
+                disable=not self.config.progress,
+                dynamic_ncols=True,
+            )
+            with bar:
+                if pending:
+                    run_to_completion(self._run(first_env, pending, bar))
+        finally:
+            first_env.close()
+            self._executor.shutdown(wait=True, cancel_futures=True)
+        return self.write_summary()
+
+    def write_summary(self) -> dict[str, Any]:
+        records = read_episodes(self.episodes_path)
+        summary = summarize(records, run={**self.config.run_identity(), "out": str(self.out)})
+        (self.out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+        table = markdown_table({run_title(summary): summary})
+        (self.out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
+        return summary
+
+
+def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> None:
+    """Run ``main`` on a fresh event loop, then cancel whatever else is still pending (litellm's logging
+    tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without waiting on it."""
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(main)
+    finally:
+        leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=leftover_grace))
+        loop.close()
+

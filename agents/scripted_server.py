@@ -1,0 +1,171 @@
+"""A scripted OpenAI-compatible chat server on 127.0.0.1, for deterministic tests and benchmarks.
+
+It is a real HTTP server (so the whole client stack, litellm included, is exercised) whose replies come
+from a script: a function from the request body to a :class:`ScriptedReply`. Replies can be tool calls,
+text, HTTP errors or slow answers, which is what retry, timeout and runner tests need.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from hopgym.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ScriptedReply:
+    """One answer of the scripted server: an assistant message, or an HTTP error, after ``delay`` s."""
+
+    content: str = ""
+    tool_calls: tuple[tuple[str, Any], ...] = ()
+    """``(name, arguments)`` pairs; arguments that are not a string are JSON-encoded."""
+    status: int = 200
+    delay: float = 0.0
+    prompt_tokens: int = 10
+    completion_tokens: int = 5
+
+
+Script = Callable[[dict[str, Any]], ScriptedReply]
+
+
+def sequence_script(replies: Iterable[ScriptedReply]) -> Script:
+    """A script that answers each request with the next reply; it fails loudly when they run out."""
+    iterator = iter(replies)
+    lock = threading.Lock()
+
+    def next_reply(_request: dict[str, Any]) -> ScriptedReply:
+        with lock:
+            reply = next(iterator, None)
+        if reply is None:
+            raise ConfigError("the scripted server received more requests than its script has replies")
+        return reply
+
+    return next_reply
+
+
+def tool_call(name: str, arguments: Any) -> tuple[str, Any]:
+    """Readable shorthand for one entry of :attr:`ScriptedReply.tool_calls`."""
+    return (name, arguments)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _ScriptedHTTPServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # keep test output clean
+        pass
+
+    def do_GET(self) -> None:
+        if self.path.rstrip("/").endswith("/models"):
+            self._send(200, {"object": "list", "data": [{"id": "scripted", "object": "model"}]})
+        else:
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+    def do_POST(self) -> None:
+        length = int(self.headers.get("Content-Length", 0))
+        body = json.loads(self.rfile.read(length) or b"{}")
+        if not self.path.rstrip("/").endswith("/chat/completions"):
+            self._send(404, {"error": {"message": f"no route {self.path}"}})
+            return
+        with self.server.lock:
+            self.server.requests.append(body)
+        try:
+            reply = self.server.script(body)
+        except ConfigError as exc:
+            self._send(500, {"error": {"message": str(exc), "type": "script_exhausted"}})
+            return
+        if reply.delay:
+            time.sleep(reply.delay)
+        if reply.status != 200:
+            self._send(reply.status, {"error": {"message": f"scripted {reply.status}", "type": "server"}})
+            return
+        self._send(200, self.server.completion(body, reply))
+
+    def _send(self, status: int, payload: dict[str, Any]) -> None:
+        data = json.dumps(payload).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+        except (BrokenPipeError, ConnectionResetError):  # the client gave up (its timeout); fine
+            pass
+
+
+class _ScriptedHTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self, script: Script) -> None:
+        super().__init__(("127.0.0.1", 0), _Handler)
+        self.script = script
+        self.requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self._ids = itertools.count()
+
+    def completion(self, request: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
+        number = next(self._ids)
+        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        if reply.tool_calls:
+            message["tool_calls"] = [
+                {
+                    "id": f"call_{number}_{index}",
+                    "type": "function",
+                    "function": {
+                        "name": name,
+                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+                    },
+                }
+                for index, (name, arguments) in enumerate(reply.tool_calls)
+            ]
+        return {
+            "id": f"chatcmpl-{number}",
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": request.get("model", "scripted"),
+            "choices": [
+                {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
+            ],
+            "usage": {
+                "prompt_tokens": reply.prompt_tokens,
+                "completion_tokens": reply.completion_tokens,
+                "total_tokens": reply.prompt_tokens + reply.completion_tokens,
+            },
+        }
+
+
+class ScriptedModelServer:
+    """Context manager: serves ``script`` on a free port of 127.0.0.1 in a background thread."""
+
+    model = "openai/scripted"
+
+    def __init__(self, script: Script) -> None:
+        self._server = _ScriptedHTTPServer(script)
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def api_base(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    @property
+    def requests(self) -> list[dict[str, Any]]:
+        """Every chat request body received so far, in arrival order."""
+        with self._server.lock:
+            return list(self._server.requests)
+
+    def __enter__(self) -> ScriptedModelServer:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join()

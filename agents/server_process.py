@@ -1,0 +1,118 @@
+"""Starting a model server as a child process, waiting until it answers, and stopping it for sure.
+
+Shared by the embedded llama.cpp server and vLLM: both are OpenAI-compatible and ready when
+``GET {api_base}/models`` answers 200. The child runs in its own process group so stopping it also stops
+whatever it spawned, and its output goes to a log file whose tail is shown when it fails to start.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+from hopgym.errors import ModelError
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that is free right now."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def is_ready(api_base: str, timeout: float = 2.0) -> bool:
+    """True when the server lists its models (the OpenAI-compatible readiness probe)."""
+    try:
+        with urllib.request.urlopen(f"{api_base.rstrip('/')}/models", timeout=timeout) as response:
+            return response.status == 200
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+        return False
+
+
+class ServerProcess:
+    """A model server child process: ``start()`` returns once it is ready; ``stop()`` ends it."""
+
+    def __init__(
+        self,
+        name: str,
+        command: Sequence[str],
+        api_base: str,
+        startup_timeout: float,
+        env: Mapping[str, str] | None = None,
+        log_path: Path | None = None,
+    ) -> None:
+        self.name = name
+        self.command = list(command)
+        self.api_base = api_base
+        self.startup_timeout = startup_timeout
+        self._env = {**os.environ, **(env or {})}
+        self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"hopgym-{name}-", suffix=".log")[1])
+        self._process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> ServerProcess:
+        """Launch the command and wait until the server answers, or raise ModelError with its log tail."""
+        if is_ready(self.api_base, timeout=0.5):
+            raise ModelError(f"{self.name}: something already answers at {self.api_base}; choose another port")
+        with self.log_path.open("wb") as log:
+            try:
+                self._process = subprocess.Popen(
+                    self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
+                )
+            except FileNotFoundError as exc:
+                raise ModelError(f"{self.name}: cannot run {self.command[0]!r}: {exc.strerror}") from exc
+        deadline = time.monotonic() + self.startup_timeout
+        delay = 0.05
+        while not is_ready(self.api_base, timeout=1.0):
+            code = self._process.poll()
+            if code is not None:
+                raise ModelError(
+                    f"{self.name} exited with code {code} before it was ready:\n{self.log_tail()}"
+                )
+            if time.monotonic() > deadline:
+                self.stop()
+                raise ModelError(
+                    f"{self.name} was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail()}"
+                )
+            time.sleep(delay)
+            delay = min(delay * 1.5, 1.0)
+        return self
+
+    def log_tail(self, lines: int = 20) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return "(no log)"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def stop(self, grace: float = 10.0) -> None:
+        """SIGTERM the server's process group, then SIGKILL it after ``grace`` seconds."""
+        process, self._process = self._process, None
+        if process is None or process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 5.0)):
+            try:
+                os.killpg(process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                process.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def __enter__(self) -> ServerProcess:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

@@ -1,0 +1,66 @@
+"""What the agent sees for each call: a tool result, or a failure in detailed or minimal form.
+
+ToolHop tools report most failures by returning a value rather than raising: in the 450 subset tools,
+921 ``return {'error': ...}`` statements and about 130 ``return 'Error: ...'`` strings, against 196
+``raise``. A returned value counts as an error when it is a dict with an ``"error"`` key or a string
+whose first word is "error" (any case, e.g. "Error: Invalid input", "error: ..."). Strings such as
+"No data found for ..." are answers, not errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from hopgym.sandbox.base import CallResult
+
+from hopgym.errors import ConfigError
+
+FEEDBACK_MODES = ("detailed", "minimal")
+MINIMAL_HINT = "Error: the tool call failed."
+"""The one fixed text every failed call gets under ``feedback="minimal"`` (the paper's simple report)."""
+
+_ERROR_STRING = re.compile(r"\s*error\b", re.IGNORECASE)
+_SANDBOX_STATUS = {"error": "tool_error", "timeout": "timeout", "resource_limit": "resource_limit"}
+
+
+def check_feedback_mode(mode: str) -> str:
+    if mode not in FEEDBACK_MODES:
+        raise ConfigError(f"unknown feedback mode {mode!r}; valid modes: {list(FEEDBACK_MODES)}")
+    return mode
+
+
+def is_error_value(value: Any) -> bool:
+    """True for the error values ToolHop tools return instead of raising (see the module docstring)."""
+    if isinstance(value, dict):
+        return "error" in value
+    return isinstance(value, str) and _ERROR_STRING.match(value) is not None
+
+
+def render_value(value: Any) -> str:
+    """A tool's return value as message text: strings as they are, anything else as JSON."""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False)
+
+
+def outcome_of(result: CallResult) -> tuple[str, str]:
+    """(status, detailed text) for a call that ran in the sandbox."""
+    if result.status == "ok":
+        text = render_value(result.value)
+        return ("tool_error" if is_error_value(result.value) else "ok"), text
+    status = _SANDBOX_STATUS.get(result.status, "tool_error")
+    return status, f"Error: {result.error or result.status}"
+
+
+def validation_text(messages: tuple[str, ...] | list[str]) -> str:
+    """Detailed text for a call rejected before running."""
+    return "Error: " + "; ".join(messages)
+
+
+def shown_text(status: str, detailed_text: str, mode: str) -> str:
+    """The text the agent sees: results always as they are, failures per the feedback mode."""
+    if status == "ok" or mode == "detailed":
+        return detailed_text
+    return MINIMAL_HINT

@@ -1,0 +1,252 @@
+"""``ToolHop-v0``: multi-hop questions answered by calling LLM-generated tools that run in a sandbox."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+from hopgym.envs.codeact import code_of, run_code
+from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.prompts import SCENARIOS, system_prompt
+from hopgym.envs.scoring import get_scorer
+from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
+from hopgym.envs.validation import ToolValidator
+from hopgym.sandbox.base import Sandbox
+from hopgym.tasks.model import Task
+from hopgym.tasks.toolhop import load_toolhop
+
+from hopgym.errors import ConfigError, HopgymError
+
+
+def _make_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:
+    """The sandbox to use and whether this env owns it (and must close it)."""
+    if isinstance(sandbox, Sandbox):
+        if options:
+            raise ConfigError("sandbox_options apply only when sandbox is a backend name, not an instance")
+        return sandbox, False
+    if not isinstance(sandbox, str):
+        raise ConfigError(
+            f"sandbox must be a backend name or a Sandbox instance, got {type(sandbox).__name__}"
+        )
+    from hopgym.sandbox import make_sandbox
+
+    return make_sandbox(sandbox, **dict(options or {})), True
+
+
+def _as_message(action: Any) -> dict[str, Any]:
+    """The action as an assistant message; a plain string is a final answer."""
+    if isinstance(action, str):
+        return {"role": "assistant", "content": action}
+    if not isinstance(action, Mapping):
+        raise ConfigError(
+            f"action must be an assistant message dict or a string, got {type(action).__name__}"
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": action.get("content")}
+    calls = action.get("tool_calls") or []
+    if calls:
+        message["tool_calls"] = list(calls)
+    return message
+
+
+def _call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
+    """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
+    if not isinstance(call, Mapping):
+        return fallback_id, None, call
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    return str(call.get("id") or fallback_id), function.get("name"), function.get("arguments")
+
+
+class ToolHopEnv(gym.Env[dict[str, Any], Any]):
+    """One ToolHop query per episode; see DESIGN.md "Environments (contract)" for the full contract.
+
+    ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
+    ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.
+    ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the sandbox's default.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
+
+    def __init__(
+        self,
+        data_path: str | os.PathLike[str] | None = None,
+        scenario: str = "mandatory",
+        feedback: str = "detailed",
+        sandbox: str | Sandbox = "process",
+        max_turns: int = 9,
+        scorer: str = "official",
+        sandbox_options: Mapping[str, Any] | None = None,
+        call_timeout: float | None = None,
+    ) -> None:
+        if scenario not in SCENARIOS:
+            raise ConfigError(f"unknown scenario {scenario!r}; valid scenarios: {list(SCENARIOS)}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.scenario = scenario
+        self.feedback = check_feedback_mode(feedback)
+        self.max_turns = max_turns
+        self.scorer_name = scorer
+        self._score = get_scorer(scorer)
+        self._call_timeout = call_timeout
+        self.tasks: list[Task] = load_toolhop(data_path)
+        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        # The direct scenario offers no tools, so it never runs code and starts no sandbox.
+        self.sandbox: Sandbox | None = None
+        self._owns_sandbox = False
+        if scenario != "direct":
+            self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+        self.observation_space = ChatObservationSpace()
+        self.action_space = AssistantActionSpace()
+        self._task: Task | None = None
+        self._messages: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._validator = ToolValidator([])
+        self._turns = 0
+        self._calls_made = 0
+        self._tool_result_seen = False
+        self._done = True
+        self._load_errors: tuple[str, ...] = ()
+
+    # -- episode -----------------------------------------------------------------------------------
+
+    def _select(self, options: Mapping[str, Any] | None) -> Task:
+        options = options or {}
+        if "task_id" in options:
+            task_id = str(options["task_id"])
+            if task_id not in self._index_of:
+                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
+            return self.tasks[self._index_of[task_id]]
+        if "index" in options:
+            index = options["index"]
+            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
+            return self.tasks[index]
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.scenario != "direct" and self.sandbox is None:
+            raise HopgymError("this env was closed; make a new one")
+        task = self._select(options)
+        self._task = task
+        self._tools = [] if self.scenario == "direct" else list(task.tools)
+        self._validator = ToolValidator(self._tools)
+        self._load_errors = ()
+        if self.sandbox is not None:
+            loaded = self.sandbox.load(task.tool_sources)
+            undefined = [name for name in task.tool_names if name not in loaded.functions]
+            self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
+        self._messages = [
+            {"role": "system", "content": system_prompt(self.scenario)},
+            {"role": "user", "content": task.question},
+        ]
+        self._turns = 0
+        self._calls_made = 0
+        self._tool_result_seen = False
+        self._done = False
+        return self._observation(), self._info([])
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        code = code_of(action)
+        if code is not None and self.sandbox is not None:
+            return self._step_code(action, code)
+        message = _as_message(action)
+        self._messages.append(message)
+        self._turns += 1
+        calls = message.get("tool_calls", [])
+        if not calls:
+            self._done = True
+            answer = message["content"] or ""
+            correct = self._score(self._task.answer, answer)
+            info = self._info([])
+            info.update(correct=correct, answer=self._task.answer)
+            return self._observation(), float(correct), True, False, info
+
+        records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
+        truncated = self._turns >= self.max_turns
+        self._done = truncated
+        return self._observation(), 0.0, False, truncated, self._info(records)
+
+    def _step_code(
+        self, action: Mapping[str, Any], code: str
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """A CodeAct turn (see envs/codeact.py): run the code, record its tool calls, show its output."""
+        assert self.sandbox is not None
+        self._messages.append({"role": "assistant", "content": action.get("content") or code})
+        self._turns += 1
+        records, text = run_code(
+            self.sandbox, self._validator, code, self.feedback, f"code_{self._turns}", self._call_timeout
+        )
+        self._calls_made += len(records)
+        self._tool_result_seen = self._tool_result_seen or bool(records)
+        self._messages.append({"role": "user", "content": text})
+        truncated = self._turns >= self.max_turns
+        self._done = truncated
+        return self._observation(), 0.0, False, truncated, self._info(records)
+
+    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
+        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        check = self._validator.check(name, raw_arguments)
+        latency_ms = 0.0
+        truncated = False
+        if check.ok and self.sandbox is not None:
+            result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout)
+            status, detailed = outcome_of(result)
+            latency_ms, truncated = result.latency_ms, result.truncated
+            errors: tuple[str, ...] = () if status == "ok" else (status,)
+        else:
+            status, detailed, errors = check.status, validation_text(check.messages), check.errors
+        text = shown_text(status, detailed, self.feedback)
+        self._calls_made += 1
+        self._tool_result_seen = True
+        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
+        return {
+            "id": call_id,
+            "name": name,
+            "arguments": check.arguments,
+            "status": status,
+            "errors": list(errors),
+            "feedback": text,
+            "latency_ms": latency_ms,
+            "truncated": truncated,
+        }
+
+    # -- observation and info ----------------------------------------------------------------------
+
+    def _observation(self) -> dict[str, Any]:
+        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+
+    def _tool_choice(self) -> str:
+        if self.scenario == "direct":
+            return "none"
+        if self.scenario == "mandatory" and not self._tool_result_seen:
+            return "required"
+        return "auto"
+
+    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self._task is not None
+        return {
+            "task_id": self._task.id,
+            "hops": self._task.hops,
+            "scenario": self.scenario,
+            "feedback": self.feedback,
+            "scorer": self.scorer_name,
+            "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools offered)",
+            "tool_choice": self._tool_choice(),
+            "duplicate_tools": list(self._task.duplicate_tools),
+            "load_errors": list(self._load_errors),
+            "turn": self._turns,
+            "num_calls": self._calls_made,
+            "calls": records,
+        }
+
+    def close(self) -> None:
+        if self._owns_sandbox and self.sandbox is not None:
+            self.sandbox.close()
+            self.sandbox = None
+        super().close()

@@ -1,0 +1,124 @@
+"""``hopgym eval``: run an agent and a model over an env's tasks and write the paper-style tables."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import re
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from hopgym.errors import ConfigError
+
+DEFAULT_LOCAL_MAX_TOKENS = 512
+"""The embedded 135M model can ramble until its context is full; cap its replies unless told otherwise."""
+
+
+def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict; VALUE is parsed as JSON when it parses, else kept as a string."""
+    result: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        try:
+            result[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            result[key] = raw
+    return result
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "eval",
+        help="evaluate an agent and a model on an env's tasks",
+        description="Runs episodes concurrently, appends one JSON line per finished episode to "
+        "OUT/episodes.jsonl, and writes OUT/summary.json and OUT/summary.md.",
+    )
+    parser.add_argument("--env", default="ToolHop-v0", help="gymnasium env id (default: ToolHop-v0)")
+    parser.add_argument("--agent", default="fc", help="fc | react | codeact | direct | kgetool (default: fc)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="litellm provider string (e.g. hosted_vllm/Qwen/Qwen2.5-7B-Instruct, openai/gpt-4o), "
+        "or 'local' to start the embedded SmolLM2 server",
+    )
+    parser.add_argument("--api-base", help="base URL of the model server")
+    parser.add_argument("--api-key", help="API key for the model server")
+    parser.add_argument("--scenario", help="direct | mandatory | free (passed to the env)")
+    parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
+    parser.add_argument("--data", help="dataset file, passed to the env as data_path")
+    parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
+    parser.add_argument("--agent-arg", action="append", metavar="KEY=VALUE", help="an agent option")
+    parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once (default: 8)")
+    parser.add_argument("--limit", type=int, help="run only the first N tasks")
+    parser.add_argument("--resume", action="store_true", help="continue OUT, skipping finished episodes")
+    parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
+    parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=run)
+
+
+def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    kwargs = parse_key_values(args.env_arg, "--env-arg")
+    for key, value in (("data_path", args.data), ("scenario", args.scenario), ("feedback", args.feedback)):
+        if value is not None:
+            kwargs[key] = value
+    return kwargs
+
+
+def _default_out(args: argparse.Namespace) -> Path:
+    parts = [args.env, args.agent, args.model, args.scenario]
+    return Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
+
+
+@contextlib.contextmanager
+def _model_endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str | None, str | None]]:
+    """(litellm model string, api_base, api_key); for ``local``, the embedded server runs meanwhile."""
+    if args.model != "local":
+        yield args.model, args.api_base, args.api_key
+        return
+    from hopgym.agents.local_server import local_model_string, local_server
+
+    with local_server() as server:
+        yield local_model_string(), server.api_base, "sk-local"
+
+
+def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.model import ModelConfig
+    from hopgym.agents.runner import EvalConfig, EvalRun
+    from hopgym.agents.summary import markdown_table, run_title
+
+    max_tokens = args.max_tokens
+    if args.model == "local" and max_tokens is None:
+        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
+    with _model_endpoint(args) as (model, api_base, api_key):
+        config = EvalConfig(
+            out=Path(args.out) if args.out else _default_out(args),
+            model=ModelConfig(
+                model=model,
+                api_base=api_base,
+                api_key=api_key,
+                temperature=args.temperature,
+                max_tokens=max_tokens,
+                timeout=args.timeout,
+                max_retries=args.max_retries,
+            ),
+            env_id=args.env,
+            env_kwargs=_env_kwargs(args),
+            agent=args.agent,
+            agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
+            concurrency=args.concurrency,
+            limit=args.limit,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+        summary = EvalRun(config).run()
+    print(f"\n{run_title(summary)}  ({config.out})\n")
+    print(markdown_table({config.agent: summary}))
+    return 0

@@ -1,0 +1,36 @@
+"""``hopgym report RUN...``: the summary tables of several run folders side by side."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from hopgym.errors import DataError
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("report", help="print the summaries of run folders side by side")
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders written by hopgym eval")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.runner import RUN_FILE
+    from hopgym.agents.summary import markdown_table, run_title, summarize
+
+    summaries = {}
+    for folder in args.runs:
+        episodes = folder / EPISODES_FILE
+        if not episodes.exists():
+            raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
+        run_file = folder / RUN_FILE
+        identity = json.loads(run_file.read_text()) if run_file.exists() else {}
+        # Recomputed from the episodes, so an interrupted run reports what it has so far.
+        summary = summarize(read_episodes(episodes), run=identity)
+        summaries[folder.name] = summary
+        print(f"{folder.name}: {run_title(summary)}")
+    print()
+    print(markdown_table(summaries))
+    return 0

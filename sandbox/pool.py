@@ -1,0 +1,118 @@
+"""A pool of pre-started, hardened workers, independent of how a worker is launched.
+
+A worker serves exactly one episode (tool code can patch builtins or ``sys.modules``, so a used worker is
+never trusted again); the pool keeps ``spares`` workers warm so that starting an episode costs one
+hand-over, not one interpreter start. Backends supply a :class:`Launcher`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
+from hopgym.sandbox.protocol import PROTOCOL_VERSION, WorkerConnection
+
+
+@dataclass
+class WorkerHandle:
+    """A started worker that has reported ``ready``."""
+
+    connection: WorkerConnection
+    info: dict[str, Any]
+    """The worker's ready message: pid, uid, seccomp, rlimits, policy."""
+    kill: Callable[[], None]
+    """Stop the worker and everything it started, at once; safe to call twice."""
+    exit_status: Callable[[], int | None]
+    """The worker's exit code once it has exited (negative: killed by that signal), else None."""
+
+
+class Launcher(ABC):
+    """Starts one hardened worker (under bwrap, namespaces, a container ...)."""
+
+    @abstractmethod
+    def start(self) -> WorkerHandle:
+        """Start a worker and wait for its ready message; raise SandboxError if it cannot start."""
+
+
+def await_ready(connection: WorkerConnection, timeout: float) -> dict[str, Any]:
+    """Read the worker's first message and check that it is a ready message of our protocol version."""
+    try:
+        message = connection.receive(time.monotonic() + timeout)
+    except (WorkerCrashedError, WorkerTimeoutError) as exc:
+        raise SandboxError(f"sandbox worker did not start: {exc}") from exc
+    if message["type"] == "fatal":
+        raise SandboxError(f"sandbox worker could not harden itself: {message.get('error')}")
+    if message["type"] != "ready" or message.get("version") != PROTOCOL_VERSION:
+        raise SandboxError(f"sandbox worker speaks another protocol (expected version {PROTOCOL_VERSION}): {message}")
+    return message
+
+
+class WorkerPool:
+    """Keeps ``spares`` ready workers; :meth:`acquire` hands one over and a background thread refills."""
+
+    def __init__(self, launcher: Launcher, spares: int = 1) -> None:
+        self._launcher = launcher
+        self._spares = spares
+        self._ready: deque[WorkerHandle] = deque()
+        self._condition = threading.Condition()
+        self._error: SandboxError | None = None
+        self._closed = False
+        self._refiller = threading.Thread(target=self._refill, name="hopgym-worker-pool", daemon=True)
+        if spares > 0:
+            self._refiller.start()
+
+    def acquire(self) -> WorkerHandle:
+        """A fresh, never-used worker; the caller owns it and must ``kill`` it when done."""
+        if self._spares == 0:
+            return self._launcher.start()
+        with self._condition:
+            while not self._ready and self._error is None and not self._closed:
+                self._condition.wait()
+            if self._closed:
+                raise SandboxError("the sandbox is closed")
+            if self._error is not None:
+                error, self._error = self._error, None
+                self._condition.notify_all()
+                raise error
+            worker = self._ready.popleft()
+            self._condition.notify_all()
+            return worker
+
+    def close(self) -> None:
+        """Stop the refill thread and every spare."""
+        with self._condition:
+            self._closed = True
+            self._condition.notify_all()
+            spares = list(self._ready)
+            self._ready.clear()
+        for worker in spares:
+            worker.kill()
+        if self._refiller.is_alive():
+            self._refiller.join()
+
+    def _refill(self) -> None:
+        while True:
+            with self._condition:
+                while not self._closed and (len(self._ready) >= self._spares or self._error is not None):
+                    self._condition.wait()
+                if self._closed:
+                    return
+            try:
+                worker = self._launcher.start()
+            except SandboxError as exc:
+                with self._condition:
+                    self._error = exc
+                    self._condition.notify_all()
+                continue
+            with self._condition:
+                if self._closed:
+                    worker.kill()
+                    return
+                self._ready.append(worker)
+                self._condition.notify_all()

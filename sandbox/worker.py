@@ -1,0 +1,507 @@
+"""The sandbox worker: runs one episode's untrusted tool code behind the JSON-lines protocol.
+
+Runnable as a plain script with the standard library (plus the libseccomp C library when seccomp is asked for, and
+RestrictedPython for ``policy="restricted"``); it never imports hopgym, so the same file runs under
+bubblewrap, raw namespaces or inside a container. Usage: ``python -I -S worker.py CONFIG_JSON`` (``-S``
+keeps start-up short; ``python_path`` in the config lists the directories to import RestrictedPython from).
+
+Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
+rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
+The protocol itself is described in ``protocol.py``; the message shapes below must match it.
+"""
+
+from __future__ import annotations
+
+import builtins
+import errno
+import io
+import json
+import os
+import resource
+import signal
+import sys
+import types
+
+PROTOCOL_VERSION = 1
+
+LIBSECCOMP = "libseccomp.so.2"
+CLONE_THREAD = 0x00010000
+_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 7
+DENIED_SYSCALLS = (
+    # networking
+    "socket", "socketpair",
+    # running programs and creating processes (clone without CLONE_THREAD is handled separately)
+    "execve", "execveat", "fork", "vfork",
+    # touching other processes
+    "ptrace", "process_vm_readv", "process_vm_writev", "kill", "tkill", "tgkill",
+    "rt_sigqueueinfo", "rt_tgsigqueueinfo", "pidfd_open", "pidfd_send_signal", "pidfd_getfd",
+    # escaping or reshaping the sandbox
+    "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "io_uring_setup",
+    # kernel attack surface no tool needs
+    "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
+    "init_module", "finit_module", "delete_module", "kexec_load", "reboot", "swapon", "swapoff",
+)  # fmt: skip
+
+_dumps, _loads = json.dumps, json.loads  # private references: tool code may patch the json module
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
+_MNT_DETACH = 0x2
+_NAMESPACE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000  # mnt uts ipc net pid
+_PR_SET_PDEATHSIG = 1
+_MOUNT_OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
+
+
+class ToolCallRefused(Exception):
+    """Raised inside executed code when the host's hook refuses a tool call."""
+
+
+# ---------------------------------------------------------------------------------------------- hardening
+
+
+def _libc():  # imported lazily: only the namespaces mode needs ctypes
+    import ctypes
+
+    return ctypes, ctypes.CDLL(None, use_errno=True)
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        import ctypes
+
+        code = ctypes.get_errno()
+        raise OSError(code, f"{what}: {os.strerror(code)}")
+
+
+def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int) -> None:
+    """Raw-namespace isolation without bubblewrap (needs root): new mount/pid/net/ipc/uts namespaces,
+    a private /tmp, a fresh /proc, every other mount read-only, and each directory of ``hidden_mounts``
+    (an ancestor other users cannot traverse, e.g. a 0700 /root) replaced by an empty one through which
+    only the listed paths (the interpreter, the worker) are reachable.
+
+    The calling process stays outside the new PID namespace and only waits for its child, which
+    returns from this function as PID 1 of the namespace."""
+    ctypes, libc = _libc()
+    _check(libc.unshare(_NAMESPACE_FLAGS), "unshare")
+    child = os.fork()
+    if child:
+        for fd in (0, 1, 2):
+            os.close(fd)
+        _, status = os.waitpid(child, 0)
+        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
+    _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+
+    def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+        encode = lambda s: None if s is None else s.encode()  # noqa: E731
+        result = libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data))
+        _check(result, f"mount {target}")
+
+    mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_bytes},mode=1777")
+    mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    for hidden, paths in hidden_mounts.items():
+        staged = []
+        for index, path in enumerate(paths):
+            stage = f"/tmp/.hopgym-stage-{index}"
+            os.mkdir(stage)
+            mount(path, stage, None, _MS_BIND | _MS_REC, None)
+            staged.append((stage, path))
+        mount("tmpfs", hidden, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+        for stage, path in staged:
+            os.makedirs(path, mode=0o755, exist_ok=True)
+            mount(stage, path, None, _MS_BIND | _MS_REC, None)
+            mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
+            _check(libc.umount2(stage.encode(), _MNT_DETACH), f"umount {stage}")
+            os.rmdir(stage)
+    replaced = ("/tmp", "/proc", *hidden_mounts)  # mounted above; what lies beneath them is out of reach
+    for target, flags in _mounts():
+        if not any(target == top or target.startswith(top.rstrip("/") + "/") for top in replaced):
+            mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None)
+
+
+def _mounts() -> list[tuple[str, int]]:
+    """Mount points with the per-mount flags to keep when remounting them read-only."""
+    mounts = []
+    with open("/proc/self/mountinfo") as table:
+        for line in table:
+            fields = line.split()
+            target = fields[4].encode().decode("unicode_escape")
+            flags = 0
+            for option in fields[5].split(","):
+                flags |= _MOUNT_OPTION_FLAGS.get(option, 0)
+            mounts.append((target, flags))
+    return mounts
+
+
+def apply_rlimits(limits: dict[str, int]) -> None:
+    """Cap memory, CPU seconds, file size and open files; core dumps off."""
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError instead of killing
+    table = {
+        "memory_bytes": resource.RLIMIT_AS,
+        "cpu_seconds": resource.RLIMIT_CPU,
+        "file_bytes": resource.RLIMIT_FSIZE,
+        "open_files": resource.RLIMIT_NOFILE,
+    }
+    for key, value in limits.items():
+        resource.setrlimit(table[key], (value, value))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
+def drop_privileges(uid: int | None) -> int:
+    """Become ``uid`` for real when running as root; prove root cannot be regained."""
+    if uid is not None and os.getuid() == 0:
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        try:
+            os.setuid(0)
+        except PermissionError:
+            pass
+        else:
+            raise PermissionError("dropped privileges but could become root again")
+    if set(os.getresuid()) != {os.getuid()}:
+        raise PermissionError(f"inconsistent user ids after dropping: {os.getresuid()}")
+    return os.getuid()
+
+
+def install_seccomp() -> None:
+    """Deny sockets, exec, process creation, signalling and ptrace; ``clone3`` says ENOSYS so that
+    the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays allowed.
+
+    Calls libseccomp directly (ctypes): other architectures' syscall tables are killed by its default."""
+    import ctypes
+
+    class ArgCompare(ctypes.Structure):
+        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+
+    lib = ctypes.CDLL(LIBSECCOMP, use_errno=True)
+    lib.seccomp_init.restype = ctypes.c_void_p
+    lib.seccomp_init.argtypes = [ctypes.c_uint32]
+    lib.seccomp_rule_add_array.argtypes = [
+        ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ArgCompare)
+    ]
+    lib.seccomp_load.argtypes = [ctypes.c_void_p]
+    lib.seccomp_release.argtypes = [ctypes.c_void_p]
+    context = lib.seccomp_init(_SCMP_ACT_ALLOW)
+    if not context:
+        raise OSError("seccomp_init failed")
+
+    def deny(name: str, code: int, *compare: ArgCompare) -> None:
+        number = lib.seccomp_syscall_resolve_name(name.encode())
+        if number < 0:
+            raise OSError(f"libseccomp does not know the syscall {name!r}")
+        array = (ArgCompare * len(compare))(*compare) if compare else None
+        result = lib.seccomp_rule_add_array(context, _SCMP_ACT_ERRNO | code, number, len(compare), array)
+        if result != 0:
+            raise OSError(-result, f"seccomp rule for {name}: {os.strerror(-result)}")
+
+    try:
+        for name in DENIED_SYSCALLS:
+            deny(name, errno.EPERM)
+        deny("clone", errno.EPERM, ArgCompare(0, _SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0))
+        deny("clone3", errno.ENOSYS)
+        result = lib.seccomp_load(context)
+        if result != 0:
+            raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
+    finally:
+        lib.seccomp_release(context)
+
+
+# ------------------------------------------------------------------------------------------------- policy
+
+
+class PlainPolicy:
+    """Ordinary Python: the OS-level isolation is the boundary."""
+
+    name = None
+
+    def compile(self, source: str, filename: str, mode: str) -> types.CodeType:
+        return compile(source, filename, mode)
+
+    def globals(self) -> dict:
+        return {"__name__": "__tools__", "__builtins__": builtins}
+
+
+def load_policy(name: str | None):
+    """The code policy; ``restricted`` loads ``policy.py`` from next to this file."""
+    if name is None:
+        return PlainPolicy()
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy.py")
+    spec = importlib.util.spec_from_file_location("hopgym_worker_policy", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.make_policy(name)
+
+
+# ------------------------------------------------------------------------------------------------ channel
+
+
+class Channel:
+    """The protocol stream, moved off fds 0-2 so that tools writing to fd 1 cannot corrupt it."""
+
+    def __init__(self) -> None:
+        self._reader = os.fdopen(os.dup(0), "rb")
+        self._out = os.dup(1)
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+
+    def send(self, message: dict, value_json: str | None = None) -> None:
+        """Write one message; ``value_json`` is spliced in as the already-serialised ``value`` field."""
+        text = _dumps(message)
+        if value_json is not None:
+            text = text[:-1] + (', "value": ' if message else '"value": ') + value_json + "}"
+        data = (text + "\n").encode("ascii")
+        while data:
+            data = data[os.write(self._out, data) :]
+
+    def receive(self) -> dict | None:
+        line = self._reader.readline()
+        return _loads(line) if line else None
+
+
+# ------------------------------------------------------------------------------------------------ results
+
+
+class CappedOutput(io.TextIOBase):
+    """A text stream that keeps the first ``cap`` characters and counts the rest."""
+
+    def __init__(self, cap: int) -> None:
+        self._parts: list[str] = []
+        self._size = 0
+        self._cap = cap
+        self.overflow = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        if not isinstance(text, str):
+            raise TypeError(f"write() argument must be str, not {type(text).__name__}")
+        room = self._cap - self._size
+        if room > 0:
+            kept = text[:room]
+            self._parts.append(kept)
+            self._size += len(kept)
+        self.overflow += max(0, len(text) - max(room, 0))
+        return len(text)
+
+    def getvalue(self) -> str:
+        marker = f"\n...[output truncated: {self.overflow} more characters]" if self.overflow else ""
+        return "".join(self._parts) + marker
+
+
+def encode_value(value: object, cap: int) -> tuple[str, bool]:
+    """JSON text of ``value`` (non-JSON parts as their repr), cut to ``cap`` characters with a marker."""
+    try:
+        text = _dumps(value, default=repr)
+    except (TypeError, ValueError, RecursionError):
+        text = _dumps(_safe_repr(value))
+    if len(text) <= cap:
+        return text, False
+    marker = f"...[truncated: {len(text)} characters in all]"
+    return _dumps(text[:cap] + marker), True
+
+
+def _safe_repr(value: object) -> str:
+    try:
+        return repr(value)
+    except Exception as exc:  # a hostile __repr__ must not break the worker
+        return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+
+
+def describe_error(exc: BaseException, limit: int = 2000) -> str:
+    return f"{type(exc).__name__}: {_safe_repr_message(exc)}"[:limit]
+
+
+def _safe_repr_message(exc: BaseException) -> str:
+    try:
+        return str(exc)
+    except Exception:
+        return "<message not printable>"
+
+
+def status_of(exc: BaseException) -> str:
+    return "resource_limit" if isinstance(exc, MemoryError) else "error"
+
+
+# ----------------------------------------------------------------------------------------------- episodes
+
+
+class Worker:
+    """Serves one episode: a single ``load`` then any number of ``call`` / ``execute`` requests."""
+
+    def __init__(self, channel: Channel, policy, output_cap: int, result_cap: int) -> None:
+        self.channel = channel
+        self.policy = policy
+        self.output_cap = output_cap
+        self.result_cap = result_cap
+        self.namespace: dict | None = None
+        self.functions: dict[str, types.FunctionType] = {}
+
+    def serve(self) -> None:
+        handlers = {"ping": self.ping, "load": self.load, "call": self.call, "execute": self.execute}
+        while (request := self.channel.receive()) is not None:
+            handler = handlers.get(request.get("op"))
+            if handler is None:
+                self.channel.send({"type": "fatal", "error": f"unknown request {request.get('op')!r}"})
+                return
+            handler(request)
+
+    def ping(self, request: dict) -> None:
+        self.channel.send({"type": "pong"})
+
+    def load(self, request: dict) -> None:
+        if self.namespace is not None:
+            self.channel.send({"type": "fatal", "error": "a worker serves one episode; load was repeated"})
+            return
+        namespace = self.policy.globals()
+        errors = []
+        sink = CappedOutput(self.output_cap)
+        for index, source in enumerate(request["sources"]):
+            try:
+                code = self.policy.compile(source, f"<tool source {index}>", "exec")
+                with _redirected(sink):
+                    exec(code, namespace)
+            except BaseException as exc:
+                errors.append(f"source {index}: {describe_error(exc)}")
+        self.namespace = namespace
+        self.functions = {
+            name: value
+            for name, value in namespace.items()
+            if isinstance(value, types.FunctionType) and value.__globals__ is namespace
+        }
+        self.channel.send({"type": "loaded", "functions": sorted(self.functions), "errors": errors})
+
+    def call(self, request: dict) -> None:
+        function = self.functions.get(request.get("name"))
+        arguments = request.get("arguments")
+        output = CappedOutput(self.output_cap)
+        if function is None:
+            self._send_result("error", None, f"NameError: no loaded function named {request.get('name')!r}")
+            return
+        if not isinstance(arguments, dict):
+            self._send_result("error", None, "TypeError: arguments must be a JSON object")
+            return
+        try:
+            with _redirected(output):
+                value = function(**arguments)
+        except BaseException as exc:
+            self._send_result(status_of(exc), None, describe_error(exc), output)
+            return
+        self._send_result("ok", value, None, output)
+
+    def execute(self, request: dict) -> None:
+        import ast
+
+        output = CappedOutput(self.output_cap)
+        namespace = dict(self.namespace if self.namespace is not None else self.policy.globals())
+        namespace.update({name: self._proxy(name, function) for name, function in self.functions.items()})
+        try:
+            body = ast.parse(request["code"])
+            last = body.body.pop() if body.body and isinstance(body.body[-1], ast.Expr) else None
+            code = self.policy.compile(ast.unparse(body), "<code>", "exec")
+            expression = None if last is None else self.policy.compile(ast.unparse(last.value), "<code>", "eval")
+            with _redirected(output):
+                exec(code, namespace)
+                value = None if expression is None else eval(expression, namespace)
+        except BaseException as exc:
+            self._send_result(status_of(exc), None, describe_error(exc), output)
+            return
+        self._send_result("ok", value, None, output)
+
+    def _proxy(self, name: str, function: types.FunctionType):
+        """A stand-in that asks the host before each call and reports the outcome after it."""
+        channel, cap = self.channel, self.result_cap
+
+        def tool(*args, **kwargs):
+            arguments_json, _ = encode_value(_bind(function, args, kwargs), cap)
+            channel.send({"type": "tool_call", "name": name, "arguments": _loads(arguments_json)})
+            reply = channel.receive()
+            refusal = reply.get("error") if isinstance(reply, dict) else "no reply from the host"
+            if refusal is not None:
+                channel.send({"type": "tool_done", "status": "error", "error": str(refusal)})
+                raise ToolCallRefused(str(refusal))
+            try:
+                value = function(*args, **kwargs)
+            except BaseException as exc:
+                channel.send({"type": "tool_done", "status": status_of(exc), "error": describe_error(exc)})
+                raise
+            value_json, _ = encode_value(value, cap)
+            channel.send({"type": "tool_done", "status": "ok", "error": None}, value_json)
+            return value
+
+        tool.__name__ = name
+        tool.__doc__ = function.__doc__
+        return tool
+
+    def _send_result(self, status: str, value: object, error: str | None, output=None) -> None:
+        value_json, truncated = encode_value(value, self.result_cap)
+        stdout = output.getvalue() if output is not None else ""
+        truncated = truncated or bool(output is not None and output.overflow)
+        message = {"type": "result", "status": status, "error": error, "stdout": stdout, "truncated": truncated}
+        self.channel.send(message, value_json)
+
+
+def _bind(function: types.FunctionType, args: tuple, kwargs: dict) -> dict:
+    """Arguments by parameter name, as the host's tool-call records show them."""
+    import inspect
+
+    try:
+        return dict(inspect.signature(function).bind(*args, **kwargs).arguments)
+    except TypeError:
+        return {**kwargs, "*args": list(args)} if args else dict(kwargs)
+
+
+class _redirected:
+    """Send ``print`` and ``sys.stderr`` writes of tool code into a capped buffer."""
+
+    def __init__(self, sink: CappedOutput) -> None:
+        self.sink = sink
+
+    def __enter__(self) -> None:
+        self.saved = sys.stdout, sys.stderr
+        sys.stdout = sys.stderr = self.sink
+
+    def __exit__(self, *exc: object) -> None:
+        sys.stdout, sys.stderr = self.saved
+
+
+# ---------------------------------------------------------------------------------------------------- main
+
+
+def main(argv: list[str]) -> int:
+    config = json.loads(argv[1])
+    sys.path[:0] = config.get("python_path", [])
+    if config.get("namespaces"):
+        enter_namespaces(config["hidden_mounts"], config["tmpfs_bytes"])
+    channel = Channel()
+    try:
+        policy = load_policy(config.get("policy"))
+        apply_rlimits(config["rlimits"])
+        uid = drop_privileges(config.get("drop_uid"))
+        if config.get("seccomp"):
+            install_seccomp()
+    except Exception as exc:
+        channel.send({"type": "fatal", "error": describe_error(exc)})
+        return 1
+    channel.send(
+        {
+            "type": "ready",
+            "version": PROTOCOL_VERSION,
+            "pid": os.getpid(),
+            "uid": uid,
+            "seccomp": bool(config.get("seccomp")),
+            "namespaces": bool(config.get("namespaces")),
+            "rlimits": config["rlimits"],
+            "policy": policy.name,
+        }
+    )
+    Worker(channel, policy, config["output_cap"], config["result_cap"]).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

@@ -1,0 +1,81 @@
+"""Reading triples written as bracketed lists, quoted Python-style or bare, and locating KG data files."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+from pathlib import Path
+
+from hopgym.errors import DataError
+
+Triple = tuple[str, str, str]
+
+_BRACKET_GROUP = re.compile(r"\[([^\[\]]*)\]")
+
+
+def parse_triple(group: str) -> Triple:
+    """Parse the inside of one ``[h, r, t]`` group: ``'Bob', 'mother', 'Alice'`` or ``Bob, mother, Alice``."""
+    if "'" in group or '"' in group:
+        try:
+            parts = ast.literal_eval(f"[{group}]")
+        except (ValueError, SyntaxError) as exc:
+            raise DataError(f"unreadable quoted triple [{group}]: {exc}") from exc
+        if not all(isinstance(part, str) for part in parts):
+            raise DataError(f"triple [{group}] must hold three strings")
+    else:
+        parts = group.split(",")
+    names = [part.strip() for part in parts]
+    if len(names) != 3 or not all(names):
+        raise DataError(f"triple [{group}] must have exactly three non-empty parts (head, relation, tail)")
+    return names[0], names[1], names[2]
+
+
+def parse_triples(text: str) -> list[Triple]:
+    """Every ``[h, r, t]`` group of a text, in order (the form FamilyTool inlines its golden sub-KGs in)."""
+    return [parse_triple(group) for group in _BRACKET_GROUP.findall(text)]
+
+
+def quotes_triples(text: str) -> bool:
+    """Whether the triples of a text are quoted Python-style (['Bob', ...]) rather than bare ([Bob, ...])."""
+    return any("'" in group or '"' in group for group in _BRACKET_GROUP.findall(text))
+
+
+def read_triples_file(path: str | Path) -> list[Triple]:
+    """A KG file with one bracketed triple per line (blank lines ignored)."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise DataError(f"cannot read KG file {path}: {exc}") from exc
+    triples = []
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line:
+            continue
+        match = _BRACKET_GROUP.fullmatch(line)
+        if match is None:
+            raise DataError(
+                f"{path}:{number}: expected one triple like ['head', 'relation', 'tail'], got {line!r}"
+            )
+        try:
+            triples.append(parse_triple(match.group(1)))
+        except DataError as exc:
+            raise DataError(f"{path}:{number}: {exc}") from exc
+    return triples
+
+
+def resolve_data_file(explicit: str | Path | None, folder: str, filename: str) -> Path:
+    """The explicit path when given, else ``$HOPGYM_DATA/<folder>/<filename>``; it must exist."""
+    if explicit is not None:
+        path = Path(explicit)
+    elif os.environ.get("HOPGYM_DATA"):
+        path = Path(os.environ["HOPGYM_DATA"]) / folder / filename
+    else:
+        raise DataError(
+            f"no path given for {folder}/{filename} and HOPGYM_DATA is not set: pass the path explicitly "
+            f"or set HOPGYM_DATA to the folder that holds {folder}/"
+        )
+    if not path.exists():
+        raise DataError(f"{path} does not exist (looked for {folder}/{filename})")
+    return path

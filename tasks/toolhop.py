@@ -1,0 +1,110 @@
+"""The ToolHop loader: official JSON list or JSONL subset rows -> :class:`Task` objects."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hopgym.tasks.gold_calls import parse_gold_call
+from hopgym.tasks.model import Task
+from hopgym.tasks.tool_source import read_tool_source
+from hopgym.tasks.toolhop_data import resolve_toolhop_path
+
+from hopgym.errors import DataError
+
+_REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
+_TASK_FIELDS = frozenset({*_REQUIRED_FIELDS, "id", "domain", "hop_count", "gold_calls"})
+
+
+def read_rows(path: Path) -> list[dict[str, Any]]:
+    """Rows of an official JSON list or a JSONL file (the first non-blank character tells which)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise DataError(f"cannot read ToolHop data {str(path)!r}: {exc}") from exc
+    try:
+        if text.lstrip().startswith("["):
+            rows = json.loads(text)
+        else:
+            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{str(path)!r} is neither a JSON list nor JSONL: {exc}") from exc
+    if not all(isinstance(row, dict) for row in rows):
+        raise DataError(f"{str(path)!r}: every row must be a JSON object")
+    return rows
+
+
+def _offered_tools(
+    documents: Sequence[Mapping[str, Any]], signatures: Mapping[str, Sequence[str]]
+) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+    """One OpenAI schema per tool name; for a duplicated name, the document of the definition that runs.
+
+    The running definition is the last one; its document is the one whose parameters best match its
+    signature (documents of one name differ exactly in their parameters).
+    """
+    by_name: dict[str, list[Mapping[str, Any]]] = {}
+    for document in documents:
+        by_name.setdefault(document["name"], []).append(document)
+
+    def fit(document: Mapping[str, Any]) -> int:
+        declared = set(document.get("parameters", {}).get("properties", {}))
+        return len(declared & set(signatures.get(document["name"], ())))
+
+    tools = []
+    for name, candidates in by_name.items():
+        document = max(candidates, key=fit) if len(candidates) > 1 else candidates[0]
+        function = {
+            "name": name,
+            "description": document.get("description", ""),
+            "parameters": document["parameters"],
+        }
+        tools.append({"type": "function", "function": function})
+    duplicates = tuple(name for name, candidates in by_name.items() if len(candidates) > 1)
+    return tuple(tools), duplicates
+
+
+def task_from_row(row: Mapping[str, Any], index: int) -> Task:
+    """Build a task from one row; ``index`` is the row's upstream position, used when it has no ``id``."""
+    task_id = str(row.get("id", index))
+    missing = [name for name in _REQUIRED_FIELDS if name not in row]
+    if missing:
+        raise DataError(f"ToolHop row {task_id}: missing fields {missing}")
+    cleaned = [
+        read_tool_source(source, f"task {task_id}, function {i}") for i, source in enumerate(row["functions"])
+    ]
+    sources = tuple(source.code for source in cleaned)
+    signatures = {name: params for source in cleaned for name, params in source.signatures.items()}
+    tools, duplicates = _offered_tools(list(row["tools"].values()), signatures)
+    try:
+        gold_calls = tuple(parse_gold_call(call, signatures) for call in row.get("gold_calls") or ())
+    except DataError as exc:
+        raise DataError(f"ToolHop row {task_id}: {exc}") from exc
+    sub_tasks = tuple((str(q), str(a)) for q, a in row["sub_task"].items())
+    return Task(
+        id=task_id,
+        question=row["question"],
+        answer=str(row["answer"]),
+        hops=int(row.get("hop_count", len(sub_tasks))),
+        domain=str(row.get("domain", "")),
+        tools=tools,
+        tool_sources=sources,
+        sub_tasks=sub_tasks,
+        gold_calls=gold_calls,
+        duplicate_tools=duplicates,
+        metadata={key: value for key, value in row.items() if key not in _TASK_FIELDS},
+    )
+
+
+def load_toolhop(data_path: str | os.PathLike[str] | None = None) -> list[Task]:
+    """Load every ToolHop task from ``data_path`` or the default location (see ``resolve_toolhop_path``).
+
+    For subset rows the upstream index is ``source_id``; for the official list it is the row position.
+    """
+    rows = read_rows(resolve_toolhop_path(data_path))
+    tasks = [task_from_row(row, int(row.get("source_id", position))) for position, row in enumerate(rows)]
+    if not tasks:
+        raise DataError("the ToolHop data file holds no rows")
+    return tasks

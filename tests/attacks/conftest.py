@@ -1,0 +1,75 @@
+"""Hostile-code tests, parametrized by sandbox backend. They run only contained (their own PID namespace and
+a pids/memory cgroup), launched by ``tests/test_sandbox_attacks_contained.py``; collected any other way they
+are skipped, so a sandbox regression cannot fork-bomb or kill the machine that runs the suite."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hopgym.sandbox import Sandbox, make_sandbox
+
+CONTAINED_ENV = "HOPGYM_ATTACKS_CONTAINED"
+HOST_SECRET_ENV = "HOPGYM_TEST_HOST_SECRET"
+HOST_SECRET = "host-secret-7f3a9c"
+
+BACKENDS = [
+    pytest.param(("process", {"isolation": "bwrap"}), id="process-bwrap"),
+    pytest.param(("process", {"isolation": "namespaces"}), id="process-namespaces"),
+]
+"""Every backend the attacks run against; the docker backend adds itself here."""
+
+ATTACK_LIMITS = {"timeout": 3.0, "memory_mb": 256}
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if os.environ.get(CONTAINED_ENV) == "1":
+        return
+    skip = pytest.mark.skip(reason=f"attack tests run contained via test_sandbox_attacks_contained.py ({CONTAINED_ENV}=1)")
+    for item in items:
+        if Path(__file__).parent in Path(item.fspath).parents:
+            item.add_marker(skip)
+
+
+@pytest.fixture(scope="session")
+def attack_limits() -> dict[str, float]:
+    return dict(ATTACK_LIMITS)
+
+
+@pytest.fixture(scope="session")
+def host_secret() -> tuple[str, str]:
+    """The name and value of a secret put in the host environment while sandboxes start."""
+    return HOST_SECRET_ENV, HOST_SECRET
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    """A sandbox started while a secret is in the host environment."""
+    backend, options = request.param
+    os.environ[HOST_SECRET_ENV] = HOST_SECRET
+    try:
+        box = make_sandbox(backend, **options, **ATTACK_LIMITS)
+    finally:
+        del os.environ[HOST_SECRET_ENV]
+    yield box
+    box.close()
+
+
+@pytest.fixture(scope="module")
+def host_dir() -> Iterator[Path]:
+    """A host directory the sandbox could see if its root were shared: /var/tmp, not the private /tmp.
+
+    World-writable, so only the read-only root (not file permissions) stops writes into it; it holds a
+    root-only (0600) secret file, so only the dropped uid stops reads of it."""
+    path = Path(tempfile.mkdtemp(prefix="hopgym-attack-", dir="/var/tmp"))
+    path.chmod(0o777)
+    secret = path / "secret.txt"
+    secret.write_text(HOST_SECRET)
+    secret.chmod(0o600)
+    yield path
+    shutil.rmtree(path)

@@ -1,0 +1,158 @@
+"""The eval runner end to end on real ToolHop tasks and the real sandbox, with a scripted model server:
+records, summaries, model failures, resume after a kill or an interrupt, the report command."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hopgym.agents.model import ModelConfig
+from hopgym.agents.runner import EvalConfig, EvalRun
+from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.cli import main
+from hopgym.commands.eval import parse_key_values
+from hopgym.envs.metrics import table4_metrics
+from hopgym.errors import ConfigError
+from hopgym.tasks.toolhop import load_toolhop
+
+TASKS = load_toolhop()
+TASK_BY_QUESTION = {task.question: task for task in TASKS}
+
+
+def question_of(request: dict[str, Any]) -> str:
+    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+
+
+def solving_policy(correct_every: int = 2, delay: float = 0.0, fail_index: int | None = None):
+    """Calls the task's first tool once, then answers: the gold answer for every ``correct_every``-th
+    task (by index), a wrong one otherwise; HTTP 500 for every request of task ``fail_index``."""
+
+    def policy(request: dict[str, Any]) -> ScriptedReply:
+        task = TASK_BY_QUESTION[question_of(request)]
+        index = TASKS.index(task)
+        if index == fail_index:
+            return ScriptedReply(status=500)
+        if any(message["role"] == "tool" for message in request["messages"]):
+            answer = task.answer if index % correct_every == 0 else "I do not know"
+            return ScriptedReply(content=f"Final answer: {answer}", delay=delay)
+        function = task.tools[0]["function"]
+        arguments = {name: "x" for name in function["parameters"].get("required", [])}
+        return ScriptedReply(tool_calls=(tool_call(function["name"], arguments),), delay=delay)
+
+    return policy
+
+
+def read_records(folder: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
+
+
+def run(server: ScriptedModelServer, out: Path, **overrides: Any) -> dict[str, Any]:
+    options = {"limit": 6, "concurrency": 3, "progress": False, **overrides}
+    model = ModelConfig(server.model, api_base=server.api_base, api_key="sk", max_retries=1, backoff_base=0.01)
+    return EvalRun(EvalConfig(out=out, model=model, **options)).run()
+
+
+def test_a_run_writes_one_record_per_task_and_consistent_summaries(tmp_path: Path) -> None:
+    with ScriptedModelServer(solving_policy()) as server:
+        summary = run(server, tmp_path / "run")
+    records = read_records(tmp_path / "run")
+    assert sorted(r["task_id"] for r in records) == sorted(task.id for task in TASKS[:6])
+    for record in records:
+        assert {"task_id", "reward", "correct", "turns", "calls", "messages", "error"} <= set(record)
+        assert record["error"] is None and record["turns"] == 2 and len(record["calls"]) == 1
+        assert record["correct"] == (TASKS[record["index"]].id == record["task_id"] and record["index"] % 2 == 0)
+        assert record["messages"][-1] == {"role": "assistant", "content": record["final_answer"]}
+        assert record["agent"]["prompt_tokens"] == 20 and record["latency_ms"] > 0
+    assert summary["answer_correctness"] == 0.5 and summary["mean_turns"] == 2.0
+    assert summary["parallel_call_rate"] == 0.0 and summary["errors"] == 0
+    assert {k: summary[k] for k in table4_metrics(records)} == table4_metrics(records)
+    assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
+    assert "| Answer correctness | 50.00 |" in (tmp_path / "run" / "summary.md").read_text()
+
+
+def test_a_model_server_failure_marks_only_that_episode(tmp_path: Path) -> None:
+    with ScriptedModelServer(solving_policy(correct_every=1, fail_index=2)) as server:
+        summary = run(server, tmp_path / "run", limit=4)
+        assert sum(question_of(r) == TASKS[2].question for r in server.requests) == 2  # one retry
+    records = {r["index"]: r for r in read_records(tmp_path / "run")}
+    assert "ModelError" in records[2]["error"] and "gave up after 2 attempts" in records[2]["error"]
+    assert records[2]["correct"] is False
+    assert all(records[i]["error"] is None and records[i]["correct"] for i in (0, 1, 3))
+    assert summary["errors"] == 1 and summary["answer_correctness"] == 0.75
+
+
+def test_an_existing_run_needs_resume_and_the_same_settings(tmp_path: Path) -> None:
+    with ScriptedModelServer(solving_policy()) as server:
+        run(server, tmp_path / "run", limit=1)
+        with pytest.raises(ConfigError, match="--resume"):
+            run(server, tmp_path / "run", limit=1)
+        with pytest.raises(ConfigError, match="agent"):
+            run(server, tmp_path / "run", limit=1, resume=True, agent="react")
+        run(server, tmp_path / "run", limit=2, resume=True)
+    assert [r["index"] for r in read_records(tmp_path / "run")] == [0, 1]
+
+
+def eval_command(server: ScriptedModelServer, out: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "hopgym.cli", "eval", "--model", server.model, "--api-base", server.api_base,
+        "--api-key", "sk", "--limit", "8", "--concurrency", "2", "--out", str(out), "--no-progress", *extra,
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGKILL, signal.SIGINT])
+def test_resume_after_the_runner_is_stopped_loses_and_duplicates_nothing(tmp_path: Path, stop_signal) -> None:
+    out = tmp_path / "run"
+    episodes = out / "episodes.jsonl"
+    with ScriptedModelServer(solving_policy(delay=0.4)) as server:
+        first = subprocess.Popen(eval_command(server, out), start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not (episodes.exists() and len(episodes.read_text().splitlines()) >= 2):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not progress"
+            time.sleep(0.1)
+        os.killpg(first.pid, stop_signal)
+        code = first.wait(timeout=60)
+        assert code == (130 if stop_signal == signal.SIGINT else -signal.SIGKILL)
+        before = episodes.read_text()
+        assert 2 <= len(before.splitlines()) < 8
+        with episodes.open("a") as handle:  # as if the kill had landed in the middle of a write
+            handle.write('{"task_id": "toolhop-0')
+        resumed = subprocess.run(eval_command(server, out, "--resume"), capture_output=True, text=True, timeout=300)
+        exited = time.time()
+    assert resumed.returncode == 0, resumed.stderr
+    after = episodes.read_text()
+    assert after.startswith(before)  # finished episodes are kept as they were
+    ids = [r["task_id"] for r in read_records(out)]
+    assert sorted(ids) == sorted(task.id for task in TASKS[:8]) and len(ids) == 8
+    assert "Answer correctness" in resumed.stdout
+    # The process ends promptly once its work is done, whatever litellm leaves pending.
+    assert exited - (out / "summary.md").stat().st_mtime < 10
+
+
+def test_report_prints_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    with ScriptedModelServer(solving_policy()) as server:
+        run(server, tmp_path / "every-second", limit=4)
+    with ScriptedModelServer(solving_policy(correct_every=1)) as server:
+        run(server, tmp_path / "all", limit=4)
+    assert main(["report", str(tmp_path / "every-second"), str(tmp_path / "all")]) == 0
+    output = capsys.readouterr().out
+    assert "| Metric | every-second | all |" in output
+    assert "| Answer correctness | 50.00 | 100.00 |" in output
+
+
+def test_key_value_options_parse_json_values() -> None:
+    assert parse_key_values(["max_turns=3", "name=abc", "flag=true", "x="], "--env-arg") == {
+        "max_turns": 3,
+        "name": "abc",
+        "flag": True,
+        "x": "",
+    }
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_key_values(["novalue"], "--env-arg")

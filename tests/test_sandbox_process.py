@@ -1,0 +1,202 @@
+"""The process backend on the real machine: isolation levels, episodes, calls, code execution, limits."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterator
+
+import pytest
+
+from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
+from hopgym.sandbox import Sandbox, make_sandbox
+from hopgym.sandbox.process import ProcessSandbox
+
+ISOLATED_LEVELS = ["bwrap", "namespaces"]
+
+
+def require_level(level: str) -> None:
+    """Real isolation must be testable in CI; elsewhere a missing prerequisite skips with its name."""
+    missing = None
+    if level == "bwrap" and shutil.which("bwrap") is None:
+        missing = "bubblewrap is not installed (apt-get install bubblewrap)"
+    if level == "namespaces" and os.geteuid() != 0:
+        missing = "raw namespaces need root"
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+
+
+@pytest.fixture(scope="module", params=ISOLATED_LEVELS)
+def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
+    require_level(request.param)
+    box = make_sandbox("process", isolation=request.param, timeout=2.0, result_cap=1000, output_cap=200)
+    yield box
+    box.close()
+
+
+TOOLS = '''
+import math
+COUNTER = []
+
+def add(a, b=1):
+    """Adds."""
+    print("adding", a, b)
+    COUNTER.append(1)
+    return a + b
+
+def odd_values():
+    return {"set": {1}, "tuple": (1, 2), "nan": math.nan}
+
+def fails(reason):
+    raise ValueError(reason)
+
+def big(n):
+    return "x" * n
+
+def calls():
+    return len(COUNTER)
+
+def threaded():
+    import threading
+    results = []
+    worker = threading.Thread(target=lambda: results.append(math.factorial(5)))
+    worker.start()
+    worker.join()
+    return results
+'''
+
+
+def test_isolation_reports_what_is_in_force(sandbox: Sandbox) -> None:
+    assert sandbox.isolation in ("bwrap+seccomp+rlimits", "namespaces+seccomp+rlimits")
+    info = sandbox.worker_info
+    assert info["uid"] != 0 and info["seccomp"] is True
+    assert info["rlimits"]["memory_bytes"] == 512 << 20
+
+
+def test_load_lists_functions_and_reports_bad_sources(sandbox: Sandbox) -> None:
+    loaded = sandbox.load([TOOLS, "def broken(:\n    pass", "raise RuntimeError('at import')"])
+    assert set(loaded.functions) == {"add", "odd_values", "fails", "big", "calls", "threaded"}
+    assert len(loaded.errors) == 2
+    assert loaded.errors[0].startswith("source 1: SyntaxError")
+    assert loaded.errors[1] == "source 2: RuntimeError: at import"
+
+
+def test_calls_return_values_output_and_errors(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+    result = sandbox.call("add", {"a": 2, "b": 3})
+    assert (result.status, result.value, result.stdout, result.truncated) == ("ok", 5, "adding 2 3\n", False)
+    assert result.latency_ms > 0
+    assert sandbox.call("odd_values", {}).value == {"set": "{1}", "tuple": [1, 2], "nan": pytest.approx(float("nan"), nan_ok=True)}
+    failed = sandbox.call("fails", {"reason": "no such person"})
+    assert (failed.status, failed.error) == ("error", "ValueError: no such person")
+    unknown = sandbox.call("nope", {})
+    assert unknown.status == "error" and "nope" in unknown.error
+    wrong = sandbox.call("add", {"c": 1})
+    assert wrong.status == "error" and wrong.error.startswith("TypeError")
+    assert sandbox.call("threaded", {}).value == [120]
+
+
+def test_large_results_and_output_are_capped(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+    small = sandbox.call("big", {"n": 500})
+    assert small.value == "x" * 500 and not small.truncated
+    large = sandbox.call("big", {"n": 5000})
+    assert large.status == "ok" and large.truncated
+    assert large.value.startswith("x" * 100) and "truncated" in large.value and len(large.value) < 1100
+    printed = sandbox.execute("for i in range(100):\n    print('line', i)")
+    assert printed.truncated and len(printed.stdout) < 300 and "output truncated" in printed.stdout
+
+
+def test_each_load_is_a_fresh_episode(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+    sandbox.call("add", {"a": 1})
+    assert sandbox.call("calls", {}).value == 1
+    sandbox.load([TOOLS])
+    assert sandbox.call("calls", {}).value == 0
+
+
+def test_timeout_replaces_the_worker_and_reloads_the_episode(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS, "def spin():\n    while True:\n        pass"])
+    sandbox.call("add", {"a": 1})
+    result = sandbox.call("spin", {}, timeout=0.5)
+    assert result.status == "timeout" and "0.5 s" in result.error
+    assert sandbox.call("calls", {}).value == 0  # a replacement worker with the sources loaded afresh
+    assert sandbox.call("add", {"a": 40, "b": 2}).value == 42
+
+
+def test_execute_returns_the_last_expression_and_records_tool_calls(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+    seen = []
+
+    def hook(name: str, arguments: dict) -> str | None:
+        seen.append((name, arguments))
+        return "add refuses negative numbers" if arguments.get("a", 0) < 0 else None
+
+    code = "total = add(2, b=5)\ntry:\n    add(-1)\nexcept Exception as exc:\n    refused = str(exc)\n[total, refused]"
+    result = sandbox.execute(code, on_tool_call=hook)
+    assert result.status == "ok"
+    assert result.value == [7, "add refuses negative numbers"]
+    assert seen == [("add", {"a": 2, "b": 5}), ("add", {"a": -1})]
+    assert [call["status"] for call in result.tool_calls] == ["ok", "refused"]
+    assert result.tool_calls[0]["value"] == 7
+    assert result.tool_calls[1]["error"] == "add refuses negative numbers"
+    assert sandbox.execute("def broken(:").status == "error"
+
+
+def test_a_raising_hook_propagates_and_leaves_the_sandbox_usable(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+
+    def hook(name: str, arguments: dict) -> str | None:
+        raise KeyError("host bug")
+
+    with pytest.raises(KeyError):
+        sandbox.execute("add(1)", on_tool_call=hook)
+    assert sandbox.call("add", {"a": 1}).value == 2
+
+
+def test_call_before_load_is_a_usage_error() -> None:
+    require_level("bwrap")
+    with make_sandbox("process", spares=0) as box, pytest.raises(SandboxError, match="load"):
+        box.call("add", {"a": 1})
+
+
+def test_closed_sandbox_refuses_calls() -> None:
+    require_level("bwrap")
+    box = make_sandbox("process", spares=0)
+    box.load([TOOLS])
+    box.close()
+    with pytest.raises(SandboxError, match="closed"):
+        box.call("add", {"a": 1})
+
+
+def test_weaker_levels_are_explicit_and_reported() -> None:
+    with ProcessSandbox(isolation="none", seccomp=False, spares=0) as box:
+        assert box.isolation == "rlimits"
+        box.load(["def uid():\n    import os\n    return os.getuid()"])
+        assert box.call("uid", {}).status == "ok"
+    require_level("bwrap")
+    with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0) as box:
+        assert box.isolation == "bwrap+rlimits"
+        assert box.worker_info["seccomp"] is False and box.worker_info["uid"] != 0
+
+
+def test_unavailable_isolation_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
+    with pytest.raises(IsolationUnavailableError, match="apt-get install bubblewrap"):
+        make_sandbox("process", isolation="bwrap")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [({"isolation": "chroot"}, "valid: auto, bwrap, namespaces, none"), ({"policy": "strict"}, "restricted")],
+)
+def test_bad_options_are_config_errors(options: dict, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        make_sandbox("process", **options)
+
+
+def test_unknown_backend_lists_the_valid_ones() -> None:
+    with pytest.raises(ConfigError, match="valid: process, docker"):
+        make_sandbox("vm")
