@@ -48,3 +48,5 @@ LABEL org.opencontainers.image.title="hopgym-sandbox" \
       org.opencontainers.image.description="hopgym's sandbox worker for untrusted tool code"
 USER 10001:10001
 WORKDIR /tmp
+# The one argument is the worker's JSON configuration; the protocol runs over stdin/stdout.
+ENTRYPOINT ["python3", "-s", "-B", "/opt/hopgym/worker.py"]

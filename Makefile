@@ -11,7 +11,7 @@ export HOPGYM_DATA
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,agents,docker]'
+	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report]'
 	touch $@
 
 demo: $(VENV)/.installed

@@ -10,12 +10,13 @@ from hopgym.agents.base import Agent
 from hopgym.agents.codeact import CodeActAgent
 from hopgym.agents.direct import DirectAgent
 from hopgym.agents.fc import FunctionCallingAgent
+from hopgym.agents.kgetool import KGEToolAgent
 from hopgym.agents.model import ModelClient
 from hopgym.agents.react import ReActAgent
 from hopgym.errors import ConfigError
 
 AGENTS: dict[str, type[Agent]] = {
-    agent.name: agent for agent in (FunctionCallingAgent, ReActAgent, CodeActAgent, DirectAgent)
+    agent.name: agent for agent in (FunctionCallingAgent, ReActAgent, CodeActAgent, DirectAgent, KGEToolAgent)
 }
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -108,6 +109,7 @@ class EvalRun:
         self._client = ModelClient(config.model)
         self._make_agent: Callable[[], Agent] = agent_factory(config.agent, self._client, config.agent_options)
         self._executor = ThreadPoolExecutor(max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env")
+        self._env_creation = threading.Lock()
         self._finished = 0
         self._correct = 0
         self._errors = 0
@@ -134,7 +136,10 @@ class EvalRun:
         return read_episodes(self.episodes_path, repair=True)
 
     def _make_env(self) -> gym.Env:
-        return gym.make(self.config.env_id, **self.config.env_kwargs)
+        # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
+        # support from several threads at once ("AST constructor recursion depth mismatch").
+        with self._env_creation:
+            return gym.make(self.config.env_id, **self.config.env_kwargs)
 
     # -- running -----------------------------------------------------------------------------------
 

@@ -12,6 +12,8 @@ __version__ = "0.1.0"
 
 _ENVS = {
     "ToolHop-v0": "hopgym.envs.toolhop:ToolHopEnv",
+    "FamilyTool-v0": "hopgym.envs.familytool:FamilyToolEnv",
+    "KGTool-v0": "hopgym.envs.kgtool:KGToolEnv",
 }
 
 for _env_id, _entry_point in _ENVS.items():

@@ -14,6 +14,10 @@ COMMAND_MODULES = (
     "hopgym.commands.eval",
     "hopgym.commands.serve",
     "hopgym.commands.report",
+    "hopgym.commands.sandbox",
+    "hopgym.commands.tools",
+    "hopgym.commands.construct",
+    "hopgym.commands.ablate",
 )
 
 

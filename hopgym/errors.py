@@ -27,6 +27,14 @@ class IsolationUnavailableError(SandboxError):
     """The requested isolation level is not available on this machine."""
 
 
+class DockerUnavailableError(IsolationUnavailableError):
+    """The docker backend cannot run: no reachable engine, or a container runtime it does not have."""
+
+
+class SandboxImageMissingError(DockerUnavailableError):
+    """The Docker engine does not hold the sandbox image (build it with ``hopgym sandbox build``)."""
+
+
 class WorkerTimeoutError(SandboxError):
     """A sandbox worker did not answer within its wall-clock deadline."""
 

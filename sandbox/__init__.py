@@ -5,8 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hopgym.errors import ConfigError
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox, ToolCallHook
+
+from hopgym.errors import ConfigError
 
 BACKENDS = ("process", "docker")
 

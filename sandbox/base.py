@@ -30,7 +30,8 @@ class CallResult:
     stdout: str = ""
     """Captured stdout and stderr of the call, capped."""
     truncated: bool = False
-    """True when ``value`` (or the output) was cut at the size cap; the value then is a string with a marker."""
+    """True when ``value`` (or the output) was cut at the size cap; the value then is a string ending in a
+    marker that gives the full length."""
     latency_ms: float = 0.0
     tool_calls: tuple[dict[str, Any], ...] = ()
     """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error"}`` per call of a

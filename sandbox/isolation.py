@@ -104,7 +104,8 @@ def _require_seccomp() -> None:
         ctypes.CDLL(LIBSECCOMP)
     except OSError as exc:
         raise IsolationUnavailableError(
-            f"seccomp needs the libseccomp library ({exc}; apt-get install libseccomp2); or pass seccomp=False"
+            f"seccomp needs the libseccomp library ({exc}; apt-get install libseccomp2); "
+            "or pass seccomp=False"
         ) from exc
 
 
@@ -156,7 +157,9 @@ def _policy_python_path() -> list[str]:
     """The directory RestrictedPython is installed in (the worker runs without site-packages)."""
     spec = importlib.util.find_spec("RestrictedPython")
     if spec is None or not spec.origin:
-        raise IsolationUnavailableError("policy='restricted' needs RestrictedPython (pip install RestrictedPython)")
+        raise IsolationUnavailableError(
+            "policy='restricted' needs RestrictedPython (pip install RestrictedPython)"
+        )
     return [os.path.dirname(os.path.dirname(spec.origin))]
 
 

@@ -45,7 +45,8 @@ _EXTRA_BUILTINS = (
     "list", "tuple", "range",
 )  # fmt: skip
 """Plain builtins added to RestrictedPython's safe set; ``list``/``tuple``/``range`` replace its limited
-versions, which are functions (breaking ``isinstance``) and cap ranges at 1000 items (rlimits bound memory)."""
+versions, which are functions (breaking ``isinstance``) and cap ranges at 1000 items (rlimits bound
+memory instead)."""
 
 _INPLACE_OPERATORS = {
     "+=": operator.iadd, "-=": operator.isub, "*=": operator.imul, "/=": operator.itruediv,
@@ -100,6 +101,18 @@ class _Printer:
         print(*objects, **kwargs)
 
 
+TOOL_MODULE = "__tools__"
+"""``__name__`` of the tool namespace, hence ``__module__`` of every class the tool code defines."""
+
+
+def _write_guard(target: object) -> object:
+    """Attribute writes are allowed on instances of the tool's own classes (``self.total = 0``);
+    everything else goes through RestrictedPython's guard (containers yes, modules and builtins no)."""
+    if getattr(type(target), "__module__", None) == TOOL_MODULE:
+        return target
+    return full_write_guard(target)
+
+
 def _guarded_hasattr(obj: object, name: str) -> bool:
     try:
         safer_getattr(obj, name)
@@ -122,14 +135,14 @@ class RestrictedPolicy:
         restricted.update(__import__=guarded_import, getattr=safer_getattr, hasattr=_guarded_hasattr)
         return {
             "__builtins__": restricted,
-            "__name__": "__tools__",
+            "__name__": TOOL_MODULE,
             "__metaclass__": type,
             "_getattr_": safer_getattr,
             "_getitem_": default_guarded_getitem,
             "_getiter_": default_guarded_getiter,
             "_iter_unpack_sequence_": guarded_iter_unpack_sequence,
             "_unpack_sequence_": guarded_unpack_sequence,
-            "_write_": full_write_guard,
+            "_write_": _write_guard,
             "_inplacevar_": _inplace,
             "_print_": _Printer,
             "_apply_": lambda function, *args, **kwargs: function(*args, **kwargs),

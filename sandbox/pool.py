@@ -15,8 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 from hopgym.sandbox.protocol import PROTOCOL_VERSION, WorkerConnection
+
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 
 
 @dataclass
@@ -49,23 +50,30 @@ def await_ready(connection: WorkerConnection, timeout: float) -> dict[str, Any]:
     if message["type"] == "fatal":
         raise SandboxError(f"sandbox worker could not harden itself: {message.get('error')}")
     if message["type"] != "ready" or message.get("version") != PROTOCOL_VERSION:
-        raise SandboxError(f"sandbox worker speaks another protocol (expected version {PROTOCOL_VERSION}): {message}")
+        raise SandboxError(
+            f"sandbox worker speaks another protocol (expected version {PROTOCOL_VERSION}): {message}"
+        )
     return message
 
 
 class WorkerPool:
-    """Keeps ``spares`` ready workers; :meth:`acquire` hands one over and a background thread refills."""
+    """Keeps ``spares`` ready workers; :meth:`acquire` hands one over and background threads refill,
+    one per spare, so that on a multi-core machine several workers start at once."""
 
     def __init__(self, launcher: Launcher, spares: int = 1) -> None:
         self._launcher = launcher
         self._spares = spares
         self._ready: deque[WorkerHandle] = deque()
         self._condition = threading.Condition()
+        self._starting = 0
         self._error: SandboxError | None = None
         self._closed = False
-        self._refiller = threading.Thread(target=self._refill, name="hopgym-worker-pool", daemon=True)
-        if spares > 0:
-            self._refiller.start()
+        self._refillers = [
+            threading.Thread(target=self._refill, name=f"hopgym-worker-pool-{index}", daemon=True)
+            for index in range(spares)
+        ]
+        for refiller in self._refillers:
+            refiller.start()
 
     def acquire(self) -> WorkerHandle:
         """A fresh, never-used worker; the caller owns it and must ``kill`` it when done."""
@@ -85,7 +93,7 @@ class WorkerPool:
             return worker
 
     def close(self) -> None:
-        """Stop the refill thread and every spare."""
+        """Stop the refill threads and every spare."""
         with self._condition:
             self._closed = True
             self._condition.notify_all()
@@ -93,24 +101,32 @@ class WorkerPool:
             self._ready.clear()
         for worker in spares:
             worker.kill()
-        if self._refiller.is_alive():
-            self._refiller.join()
+        for refiller in self._refillers:
+            refiller.join()
 
     def _refill(self) -> None:
         while True:
             with self._condition:
-                while not self._closed and (len(self._ready) >= self._spares or self._error is not None):
+                while not self._closed and (
+                    len(self._ready) + self._starting >= self._spares or self._error is not None
+                ):
                     self._condition.wait()
                 if self._closed:
                     return
+                self._starting += 1
             try:
                 worker = self._launcher.start()
-            except SandboxError as exc:
+            except Exception as exc:  # handed to acquire(); a dead refill thread would make it wait forever
+                error = (
+                    exc if isinstance(exc, SandboxError) else SandboxError(f"starting a worker failed: {exc}")
+                )
                 with self._condition:
-                    self._error = exc
+                    self._starting -= 1
+                    self._error = error
                     self._condition.notify_all()
                 continue
             with self._condition:
+                self._starting -= 1
                 if self._closed:
                     worker.kill()
                     return

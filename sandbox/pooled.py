@@ -12,12 +12,14 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 from hopgym.sandbox.base import CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
 
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
+
 _STATUSES: tuple[CallStatus, ...] = ("ok", "error", "timeout", "resource_limit")
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
+"""Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
 
 
 class PooledSandbox(Sandbox):
@@ -148,7 +150,9 @@ class PooledSandbox(Sandbox):
         self._load_sources(self._timeout)
 
 
-def _ask_hook(hook: ToolCallHook | None, message: dict[str, Any], tool_calls: list[dict[str, Any]]) -> str | None:
+def _ask_hook(
+    hook: ToolCallHook | None, message: dict[str, Any], tool_calls: list[dict[str, Any]]
+) -> str | None:
     name, arguments = str(message.get("name")), message.get("arguments")
     arguments = arguments if isinstance(arguments, dict) else {}
     refusal = hook(name, arguments) if hook is not None else None
@@ -197,6 +201,8 @@ def _describe_failure(exc: Exception, worker: WorkerHandle, timeout: float) -> s
         return f"wall-clock timeout after {timeout:g} s; the worker was killed and replaced"
     exit_code = _wait_exit(worker)
     if exit_code is not None and exit_code < 0:
-        name = signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else exit_code
+        name = (
+            signal.Signals(-exit_code).name if -exit_code in signal.Signals._value2member_map_ else exit_code
+        )
         return f"the worker died ({name}: {exc}); it was replaced"
     return f"the worker failed ({exc}; exit code {exit_code}); it was replaced"

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
 
-from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
     IsolationPlan,
@@ -17,6 +17,8 @@ from hopgym.sandbox.isolation import (
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
 from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import WorkerConnection
+
+from hopgym.errors import ConfigError, SandboxError
 
 POLICIES = (None, "restricted")
 _BWRAP_SIGNAL_BASE = 128
@@ -48,10 +50,8 @@ class ProcessLauncher(Launcher):
 
         def kill() -> None:
             if process.returncode is None:
-                try:
+                with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
                 process.wait()
             connection.close()
             process.stderr.close()
@@ -69,7 +69,9 @@ class ProcessLauncher(Launcher):
         if self._plan.drops_root and info.get("uid") == 0:
             raise SandboxError("the sandbox worker still runs as root after dropping privileges")
         if info.get("seccomp") != self._plan.seccomp:
-            raise SandboxError(f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {self._plan.seccomp}")
+            raise SandboxError(
+                f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {self._plan.seccomp}"
+            )
 
     def _exit_code(self, process: subprocess.Popen) -> int | None:
         code = process.poll()

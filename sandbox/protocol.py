@@ -19,6 +19,7 @@ a wall-clock deadline, so a hostile or hung worker costs at most one deadline an
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import select
@@ -71,10 +72,8 @@ class WorkerConnection:
     def close(self) -> None:
         """Close both streams (the worker sees end of input)."""
         for stream in self._streams:
-            try:
+            with contextlib.suppress(OSError):
                 stream.close()
-            except OSError:
-                pass
 
     def _read_line(self, deadline: float) -> bytes:
         while True:

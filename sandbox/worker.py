@@ -1,9 +1,12 @@
 """The sandbox worker: runs one episode's untrusted tool code behind the JSON-lines protocol.
 
-Runnable as a plain script with the standard library (plus the libseccomp C library when seccomp is asked for, and
-RestrictedPython for ``policy="restricted"``); it never imports hopgym, so the same file runs under
-bubblewrap, raw namespaces or inside a container. Usage: ``python -I -S worker.py CONFIG_JSON`` (``-S``
-keeps start-up short; ``python_path`` in the config lists the directories to import RestrictedPython from).
+Runnable as a plain script with the standard library (plus the libseccomp C library when seccomp is asked
+for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="restricted"``); it never
+imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
+Usage: ``python -I -S -B worker.py CONFIG_JSON``; ``-S`` keeps start-up short, and ``python_path`` in the
+config lists the directories to import RestrictedPython from. The config keys are built by
+``isolation.worker_command``: namespaces, hidden_mounts, tmpfs_bytes, drop_uid, seccomp, rlimits, policy,
+python_path, output_cap, result_cap.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
@@ -61,7 +64,7 @@ class ToolCallRefused(Exception):
 def _libc():  # imported lazily: only the namespaces mode needs ctypes
     import ctypes
 
-    return ctypes, ctypes.CDLL(None, use_errno=True)
+    return ctypes.CDLL(None, use_errno=True)
 
 
 def _check(result: int, what: str) -> None:
@@ -78,18 +81,14 @@ def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int) -> N
     (an ancestor other users cannot traverse, e.g. a 0700 /root) replaced by an empty one through which
     only the listed paths (the interpreter, the worker) are reachable.
 
-    The calling process stays outside the new PID namespace and only waits for its child, which
-    returns from this function as PID 1 of the namespace."""
-    ctypes, libc = _libc()
+    The calling process stays outside the new PID namespace and only relays its child's fate; the
+    worker returns from this function as PID 2 of the namespace."""
+    libc = _libc()
     _check(libc.unshare(_NAMESPACE_FLAGS), "unshare")
-    child = os.fork()
-    if child:
-        for fd in (0, 1, 2):
-            os.close(fd)
-        _, status = os.waitpid(child, 0)
-        os._exit(os.waitstatus_to_exitcode(status) & 0xFF)
-    _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    _fork_and_relay(libc, signal_as_code=False)  # this side stays outside the new PID namespace
 
+    # Now PID 1 of the namespace. The kernel ignores default-action signals (SIGXCPU ...) sent to a
+    # namespace's init, so the worker itself runs as PID 2, forked after the mounts below.
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
         encode = lambda s: None if s is None else s.encode()  # noqa: E731
         result = libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data))
@@ -116,6 +115,28 @@ def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int) -> N
     for target, flags in _mounts():
         if not any(target == top or target.startswith(top.rstrip("/") + "/") for top in replaced):
             mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None)
+    _fork_and_relay(libc, signal_as_code=True)
+
+
+def _fork_and_relay(libc, signal_as_code: bool) -> None:
+    """Fork; the child returns (and dies with its parent), the parent waits and exits as the child did.
+
+    A namespace's init cannot die by its own signal, so it reports one as exit code 128 + n (as bubblewrap
+    does); the outermost parent turns such a code back into that signal for the host to see."""
+    child = os.fork()
+    if child == 0:
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        return
+    for fd in (0, 1, 2):
+        os.close(fd)
+    _, status = os.waitpid(child, 0)
+    killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
+    code = os.WEXITSTATUS(status) if killed_by is None else 128 + killed_by
+    if not signal_as_code and code > 128:
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        signal.signal(code - 128, signal.SIG_DFL)
+        os.kill(os.getpid(), code - 128)
+    os._exit(code)
 
 
 def _mounts() -> list[tuple[str, int]]:
@@ -142,7 +163,9 @@ def apply_rlimits(limits: dict[str, int]) -> None:
         "open_files": resource.RLIMIT_NOFILE,
     }
     for key, value in limits.items():
-        resource.setrlimit(table[key], (value, value))
+        # CPU: SIGXCPU at the soft limit (reported as a resource limit), SIGKILL a second later
+        hard = value + 1 if key == "cpu_seconds" else value
+        resource.setrlimit(table[key], (value, hard))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
@@ -171,13 +194,22 @@ def install_seccomp() -> None:
     import ctypes
 
     class ArgCompare(ctypes.Structure):
-        _fields_ = [("arg", ctypes.c_uint), ("op", ctypes.c_int), ("a", ctypes.c_uint64), ("b", ctypes.c_uint64)]
+        _fields_ = [
+            ("arg", ctypes.c_uint),
+            ("op", ctypes.c_int),
+            ("a", ctypes.c_uint64),
+            ("b", ctypes.c_uint64),
+        ]
 
     lib = ctypes.CDLL(LIBSECCOMP, use_errno=True)
     lib.seccomp_init.restype = ctypes.c_void_p
     lib.seccomp_init.argtypes = [ctypes.c_uint32]
     lib.seccomp_rule_add_array.argtypes = [
-        ctypes.c_void_p, ctypes.c_uint32, ctypes.c_int, ctypes.c_uint, ctypes.POINTER(ArgCompare)
+        ctypes.c_void_p,
+        ctypes.c_uint32,
+        ctypes.c_int,
+        ctypes.c_uint,
+        ctypes.POINTER(ArgCompare),
     ]
     lib.seccomp_load.argtypes = [ctypes.c_void_p]
     lib.seccomp_release.argtypes = [ctypes.c_void_p]
@@ -294,15 +326,16 @@ class CappedOutput(io.TextIOBase):
 
 
 def encode_value(value: object, cap: int) -> tuple[str, bool]:
-    """JSON text of ``value`` (non-JSON parts as their repr), cut to ``cap`` characters with a marker."""
+    """JSON text of ``value`` (non-JSON parts as their repr); past ``cap`` characters, a string holding the
+    first ``cap`` characters and a marker, and True."""
     try:
         text = _dumps(value, default=repr)
     except (TypeError, ValueError, RecursionError):
         text = _dumps(_safe_repr(value))
     if len(text) <= cap:
         return text, False
-    marker = f"...[truncated: {len(text)} characters in all]"
-    return _dumps(text[:cap] + marker), True
+    shown = value if isinstance(value, str) else text  # a long string is cut as text, anything else as JSON
+    return _dumps(f"{shown[:cap]}...[truncated: {len(shown)} characters in all]"), True
 
 
 def _safe_repr(value: object) -> str:
@@ -403,7 +436,9 @@ class Worker:
             body = ast.parse(request["code"])
             last = body.body.pop() if body.body and isinstance(body.body[-1], ast.Expr) else None
             code = self.policy.compile(ast.unparse(body), "<code>", "exec")
-            expression = None if last is None else self.policy.compile(ast.unparse(last.value), "<code>", "eval")
+            expression = (
+                None if last is None else self.policy.compile(ast.unparse(last.value), "<code>", "eval")
+            )
             with _redirected(output):
                 exec(code, namespace)
                 value = None if expression is None else eval(expression, namespace)
@@ -421,8 +456,7 @@ class Worker:
             channel.send({"type": "tool_call", "name": name, "arguments": _loads(arguments_json)})
             reply = channel.receive()
             refusal = reply.get("error") if isinstance(reply, dict) else "no reply from the host"
-            if refusal is not None:
-                channel.send({"type": "tool_done", "status": "error", "error": str(refusal)})
+            if refusal is not None:  # the host recorded the refusal itself
                 raise ToolCallRefused(str(refusal))
             try:
                 value = function(*args, **kwargs)
@@ -441,7 +475,13 @@ class Worker:
         value_json, truncated = encode_value(value, self.result_cap)
         stdout = output.getvalue() if output is not None else ""
         truncated = truncated or bool(output is not None and output.overflow)
-        message = {"type": "result", "status": status, "error": error, "stdout": stdout, "truncated": truncated}
+        message = {
+            "type": "result",
+            "status": status,
+            "error": error,
+            "stdout": stdout,
+            "truncated": truncated,
+        }
         self.channel.send(message, value_json)
 
 

@@ -4,6 +4,7 @@ machine running the suite. Asserts the attack suite passed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -61,10 +62,8 @@ def _empty_and_remove(group: Path) -> None:
             group.rmdir()
             return
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         time.sleep(0.05)
     raise RuntimeError(f"processes remain in {group}")
 

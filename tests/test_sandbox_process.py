@@ -5,12 +5,14 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+from hopgym.sandbox import Sandbox, make_sandbox
+from hopgym.sandbox.isolation import hidden_ancestors, reachable_paths
+from hopgym.sandbox.process import ProcessSandbox
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
-from hopgym.sandbox import Sandbox, make_sandbox
-from hopgym.sandbox.process import ProcessSandbox
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
 
@@ -88,7 +90,11 @@ def test_calls_return_values_output_and_errors(sandbox: Sandbox) -> None:
     result = sandbox.call("add", {"a": 2, "b": 3})
     assert (result.status, result.value, result.stdout, result.truncated) == ("ok", 5, "adding 2 3\n", False)
     assert result.latency_ms > 0
-    assert sandbox.call("odd_values", {}).value == {"set": "{1}", "tuple": [1, 2], "nan": pytest.approx(float("nan"), nan_ok=True)}
+    assert sandbox.call("odd_values", {}).value == {
+        "set": "{1}",
+        "tuple": [1, 2],
+        "nan": pytest.approx(float("nan"), nan_ok=True),
+    }
     failed = sandbox.call("fails", {"reason": "no such person"})
     assert (failed.status, failed.error) == ("error", "ValueError: no such person")
     unknown = sandbox.call("nope", {})
@@ -134,7 +140,10 @@ def test_execute_returns_the_last_expression_and_records_tool_calls(sandbox: San
         seen.append((name, arguments))
         return "add refuses negative numbers" if arguments.get("a", 0) < 0 else None
 
-    code = "total = add(2, b=5)\ntry:\n    add(-1)\nexcept Exception as exc:\n    refused = str(exc)\n[total, refused]"
+    code = (
+        "total = add(2, b=5)\ntry:\n    add(-1)\nexcept Exception as exc:\n    refused = str(exc)\n"
+        "[total, refused]"
+    )
     result = sandbox.execute(code, on_tool_call=hook)
     assert result.status == "ok"
     assert result.value == [7, "add refuses negative numbers"]
@@ -200,3 +209,41 @@ def test_bad_options_are_config_errors(options: dict, message: str) -> None:
 def test_unknown_backend_lists_the_valid_ones() -> None:
     with pytest.raises(ConfigError, match="valid: process, docker"):
         make_sandbox("vm")
+
+
+@pytest.mark.parametrize("level", ISOLATED_LEVELS)
+def test_cpu_limit_and_crashes_cost_only_the_worker(level: str) -> None:
+    require_level(level)
+    with make_sandbox("process", isolation=level, cpu_seconds=1, timeout=10.0, spares=1) as box:
+        crash = "def crash():\n    import ctypes\n    return ctypes.string_at(0)"
+        box.load(["def spin():\n    while True:\n        pass", crash, "def ok():\n    return 1"])
+        spun = box.call("spin", {})
+        assert spun.status == "resource_limit" and "SIGXCPU" in spun.error
+        crashed = box.call("crash", {})
+        assert crashed.status == "error" and "SIGSEGV" in crashed.error
+        assert box.call("ok", {}).value == 1
+
+
+def test_a_source_that_hangs_while_loading_costs_only_the_load(sandbox: Sandbox) -> None:
+    hanging = "def trap(x=[n for n in iter(int, 1)]):\n    return x"  # the default argument never ends
+    loaded = sandbox.load([hanging, TOOLS])
+    assert loaded.functions == () and "timeout" in loaded.errors[0]
+    assert sandbox.call("add", {"a": 1}).status == "error"  # nothing is loaded in this episode
+    sandbox.load([TOOLS])
+    assert sandbox.call("add", {"a": 1}).value == 2
+
+
+def test_the_interpreter_is_reachable_but_nothing_else_of_its_hidden_home(sandbox: Sandbox) -> None:
+    hidden = hidden_ancestors(reachable_paths())
+    visible = {
+        home: sorted({Path(path).relative_to(home).parts[0] for path in paths})
+        for home, paths in hidden.items()
+    }
+    probe = (
+        "def probe(homes):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3\n"
+        "    return {home: sorted(os.listdir(home)) for home in homes}"
+    )
+    sandbox.load([probe])
+    result = sandbox.call("probe", {"homes": sorted(hidden)})
+    assert result.status == "ok", result.error
+    assert result.value == visible

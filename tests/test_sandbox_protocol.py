@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from collections.abc import Iterator
 
 import pytest
+from hopgym.sandbox.protocol import WorkerConnection
 
 from hopgym.errors import WorkerCrashedError, WorkerTimeoutError
-from hopgym.sandbox.protocol import WorkerConnection
 
 
 @pytest.fixture
@@ -23,10 +24,8 @@ def pipes() -> Iterator[tuple[WorkerConnection, int, int]]:
     yield connection, worker_to_host_w, host_to_worker_r
     connection.close()
     for fd in (worker_to_host_w, host_to_worker_r):
-        try:
+        with contextlib.suppress(OSError):
             os.close(fd)
-        except OSError:
-            pass
 
 
 def test_messages_round_trip_across_partial_writes(pipes) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from hopgym.sandbox import Sandbox, make_sandbox
 
 CONTAINED_ENV = "HOPGYM_ATTACKS_CONTAINED"
@@ -30,7 +29,9 @@ ATTACK_LIMITS = {"timeout": 3.0, "memory_mb": 256}
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if os.environ.get(CONTAINED_ENV) == "1":
         return
-    skip = pytest.mark.skip(reason=f"attack tests run contained via test_sandbox_attacks_contained.py ({CONTAINED_ENV}=1)")
+    skip = pytest.mark.skip(
+        reason=f"attack tests run contained via test_sandbox_attacks_contained.py ({CONTAINED_ENV}=1)"
+    )
     for item in items:
         if Path(__file__).parent in Path(item.fspath).parents:
             item.add_marker(skip)

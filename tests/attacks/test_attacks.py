@@ -7,7 +7,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from hopgym.sandbox import CallResult, Sandbox
 
 pytestmark = pytest.mark.attack
@@ -58,7 +57,10 @@ def test_opening_a_socket_fails(sandbox: Sandbox, family: str) -> None:
 
 SPAWNS = {
     "subprocess": "import subprocess\nsubprocess.run(['/bin/sh', '-c', 'touch ' + marker], check=True)",
-    "os_system": "import os\nif os.system('touch ' + marker) != 0:\n    raise PermissionError('Operation not permitted')",
+    "os_system": (
+        "import os\nif os.system('touch ' + marker) != 0:\n"
+        "    raise PermissionError('Operation not permitted')"
+    ),
     "os_posix_spawn": "import os\nos.posix_spawn('/usr/bin/touch', ['touch', marker], {})",
     "ctypes_fork": (
         "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\npid = libc.fork()\n"
@@ -170,8 +172,7 @@ def test_patched_builtins_modules_and_globals_do_not_leak(sandbox: Sandbox) -> N
     # Within its own episode the tool owns its worker and may break it; the host only sees results.
     assert sandbox.call("poison", {}).status in ("ok", "error")
     check = (
-        "def check():\n    import json\n"
-        "    return [len([1, 2, 3]), json.dumps([1]), 'LEAKED' in globals()]\n"
+        "def check():\n    import json\n    return [len([1, 2, 3]), json.dumps([1]), 'LEAKED' in globals()]\n"
     )
     sandbox.load([check])
     assert sandbox.call("check", {}).value == [3, "[1]", False]

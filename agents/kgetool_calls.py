@@ -1,0 +1,49 @@
+"""Reading KGETool's model replies as the official pipeline does.
+
+- litellm moves ``<think>...</think>`` out of the content into ``reasoning_content``; the official pipeline
+  parses KG.search calls inside think text too, so :func:`reply_text` puts it back in front.
+- Tool calls written as raw ``<tool_call>`` text are parsed like vLLM's Hermes parser that the official
+  evaluation (UnifiedToolHub) uses: every block must be JSON with ``name`` and ``arguments``; one malformed
+  block, or one with ``parameters`` instead of ``arguments``, loses every call of the reply.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from itertools import count
+from typing import Any
+
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+_call_ids = count()
+
+
+def reply_text(message: Mapping[str, Any]) -> str:
+    """The reply's content with its reasoning text put back as ``<think>...</think>`` in front."""
+    content = message.get("content") or ""
+    reasoning = message.get("reasoning_content") or ""
+    return f"<think>{reasoning}</think>{content}" if reasoning else content
+
+
+def parse_hermes_tool_calls(text: str) -> list[dict[str, Any]]:
+    """OpenAI-form tool calls from ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks;
+    ``[]`` when there is none or when any block is malformed (all or nothing, as the official parser)."""
+    if "<tool_call>" not in (text or ""):
+        return []
+    calls = []
+    for closed, unclosed in _TOOL_CALL_BLOCK.findall(text):
+        try:
+            value = json.loads(closed or unclosed)
+        except json.JSONDecodeError:
+            return []
+        if not (isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value):
+            return []
+        calls.append(
+            {
+                "id": f"kgetool_call_{next(_call_ids)}",
+                "type": "function",
+                "function": {"name": value["name"], "arguments": json.dumps(value["arguments"], ensure_ascii=False)},
+            }
+        )
+    return calls

@@ -1,0 +1,285 @@
+"""KGETool path extraction: ``KG.search(start=..., path=[...])`` text from a model -> a sub-KG string.
+
+Three modes, each in two readings (``official`` by default, so numbers compare with the paper's tables;
+``paper`` follows the paper's prose, Section 5.1.2):
+
+- ``exact``: strict matching, no expansion. A call whose path cannot be walked to its end yields nothing
+  and marks the result ``<bad_extract>``. Official reading: each hop follows the first tail of a relation
+  (the official walk); paper reading: every tail.
+- ``greedy``: the paper's Greedy Search, which the official code names "exact". Official reading: each hop
+  follows the first tail; at a failing hop (a made-up relation, a relation missing at the current node, a
+  hop from a leaf) all outgoing edges of the node are added, the result is marked bad, and only the longest
+  branches are kept (see METRICS.md). Paper reading: a made-up relation is a wildcard (any outgoing edge),
+  every tail is followed, and walks that cannot finish are dropped; a made-up relation marks the result bad.
+- ``retrieval``: Relation Retrieval. Made-up relations are replaced by the top-k real relations of a
+  retriever and the cartesian product of the candidates is walked, deduplicated by end entity, never marked
+  bad. Official quirk kept in the official reading: a hop is tried only when the *start* entity has that
+  relation, and a hop that cannot be taken is skipped (so the walk can end on the wrong entity). Paper
+  reading: hops are checked at the current node and paths that cannot be walked to the end are dropped.
+
+The output is rendered as the official code renders it: one ``([[h, r, t], ...])`` group per extracted path,
+each followed by the call's marker (``<bad_extract>`` or nothing); ``""`` when no call yields anything,
+which the metrics count as a format error.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from hopgym.errors import ConfigError
+from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg_io import Triple
+
+ExtractionMode = Literal["exact", "greedy", "retrieval"]
+Reading = Literal["official", "paper"]
+Retriever = Callable[[str, list[str], int], list[str]]
+"""``f(made_up_relation, real_relations, k) -> the k real relations nearest to it``."""
+
+EXTRACTION_MODES: tuple[str, ...] = ("exact", "greedy", "retrieval")
+READINGS: tuple[str, ...] = ("official", "paper")
+BAD_EXTRACT = "<bad_extract>"
+
+# The official parser: an unescaped dot (so ``KG_search(`` matches too), no match across lines, the first ")".
+_KG_SEARCH_CALL = re.compile(r"KG.search\((.*?)\)")
+_START = re.compile(r"start=([^,]+)")
+_PATH = re.compile(r"path=\[([^\]]+)\]")
+_TAG = re.compile(r"<.*?>")
+_DELETED = str.maketrans(
+    {"'": None, '"': None, "`": None, "\u2018": None, "\u2019": None, "\u201c": None, "\u201d": None, " ": None}
+)
+_FULL_WIDTH = str.maketrans({"\uff0c": ",", "\u3010": "[", "\u3011": "]"})
+
+
+@dataclass(frozen=True)
+class SearchCall:
+    """One parsed ``KG.search`` call: ``start`` or ``path`` is None when the call did not give it usably."""
+
+    text: str
+    start: str | None
+    path: tuple[str, ...] | None
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """The extraction of one model reply: the rendered sub-KG string and what it was made of."""
+
+    text: str
+    """What the tool-use step and the metrics receive, markers included; ``""`` is a format error."""
+    paths: tuple[tuple[Triple, ...], ...]
+    calls: tuple[SearchCall, ...]
+
+    @property
+    def triples(self) -> tuple[Triple, ...]:
+        """Every extracted triple once, in order."""
+        return tuple(dict.fromkeys(triple for path in self.paths for triple in path))
+
+
+def parse_search_calls(text: str) -> list[SearchCall]:
+    """Every ``KG.search(...)`` call of a reply, parsed as the official code parses it.
+
+    Quotes and all spaces are deleted, full-width punctuation is made ASCII and ``<...>`` tags (the prompt's
+    ``<relationship>`` prefix) are removed; keywords are the lowercase ``start=`` / ``path=``.
+    """
+    calls = []
+    for raw in _KG_SEARCH_CALL.findall(text or ""):
+        cleaned = _TAG.sub("", raw.translate(_DELETED).translate(_FULL_WIDTH))
+        start = _START.search(cleaned)
+        path = _PATH.search(cleaned)
+        calls.append(
+            SearchCall(
+                text=raw,
+                start=start.group(1).strip() if start else None,
+                path=tuple(item.strip() for item in path.group(1).split(",")) if path else None,
+            )
+        )
+    return calls
+
+
+def extract(
+    text: str,
+    kg: KnowledgeGraph,
+    mode: str = "greedy",
+    *,
+    reading: str = "official",
+    retriever: Retriever | None = None,
+    top_k: int = 3,
+) -> Extraction:
+    """The sub-KG that the ``KG.search`` calls of ``text`` extract from ``kg`` (the live graph)."""
+    check_options(mode, reading, top_k)
+    if mode == "retrieval" and retriever is None:
+        raise ConfigError("retrieval extraction needs a retriever: f(relation, relations, k) -> list[str]")
+    calls = parse_search_calls(text)
+    pieces: list[str] = []
+    paths: list[tuple[Triple, ...]] = []
+    relations = kg.relations()
+    for call in calls:
+        if call.path is None:  # a malformed call: scored as a hallucination, not a format error
+            pieces.append(BAD_EXTRACT)
+            continue
+        if call.start is None or not _is_head(kg, call.start):
+            continue  # an unknown start contributes nothing (a format error when no other call does)
+        if mode == "exact":
+            found, bad = _exact(kg, call.start, call.path, reading)
+        elif mode == "greedy":
+            walk = _greedy_official if reading == "official" else _greedy_paper
+            found, bad = walk(kg, call.start, call.path)
+        else:
+            candidates = _candidate_paths(call.path, relations, retriever, top_k)  # type: ignore[arg-type]
+            found, bad = _retrieval(kg, call.start, candidates, reading)
+        found = _longest(found)
+        for path in found:
+            pieces.append(f"({[list(triple) for triple in path]})" + (BAD_EXTRACT if bad else ""))
+        if not found and bad:
+            pieces.append(BAD_EXTRACT)
+        paths.extend(found)
+    return Extraction(text="".join(pieces), paths=tuple(paths), calls=tuple(calls))
+
+
+def check_options(mode: str, reading: str, top_k: int) -> None:
+    """ConfigError naming the valid values when an extraction option is not one of them."""
+    if mode not in EXTRACTION_MODES:
+        raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {mode!r}")
+    if reading not in READINGS:
+        raise ConfigError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
+        raise ConfigError(f"top_k must be a positive integer, got {top_k!r}")
+
+
+# -- the walks ------------------------------------------------------------------------------------------
+
+Found = tuple[list[tuple[Triple, ...]], bool]
+
+
+def _is_head(kg: KnowledgeGraph, entity: str) -> bool:
+    """Whether the entity has outgoing edges (the official ``check_start_entity``)."""
+    return kg.has_entity(entity) and bool(kg.out_relations(entity))
+
+
+def _first_edge(kg: KnowledgeGraph, entity: str, relation: str) -> Triple | None:
+    if not (kg.has_entity(entity) and kg.has_relation(relation)):
+        return None
+    tails = kg.tails(entity, relation)
+    return (entity, relation, tails[0]) if tails else None
+
+
+def _exact(kg: KnowledgeGraph, start: str, path: Sequence[str], reading: str) -> Found:
+    result = kg.search(start, path, first_tail_only=reading == "official")
+    if not result.complete:
+        return [], True
+    if reading == "official":
+        return [result.triples], False
+    return _walks(kg, start, [[relation] for relation in path]), False
+
+
+def _greedy_official(kg: KnowledgeGraph, start: str, path: Sequence[str]) -> Found:
+    """The official ``extractpath``, hop by hop (its quirks included; see the module docstring)."""
+    branches: list[list[Triple]] = []
+    ends: list[str] = []
+    bad = False
+    for hop, relation in enumerate(path):
+        if hop == 0:
+            edge = _first_edge(kg, start, relation)
+            if edge is None:
+                branches = [[out] for out in kg.out_edges(start)]
+                ends = [out[2] for out in kg.out_edges(start)]
+                bad = True
+            else:
+                branches, ends = [[edge]], [edge[2]]
+            continue
+        if not ends:
+            bad = True
+            continue
+        for index, node in enumerate(ends):
+            if not _is_head(kg, node):
+                bad = True
+                continue
+            edge = _first_edge(kg, node, relation)
+            if edge is None:
+                if not bad:
+                    branches[index].extend(kg.out_edges(node))
+                    bad = True
+            else:
+                branches[index].append(edge)
+                ends[index] = edge[2]
+    return [tuple(branch) for branch in branches], bad
+
+
+def _greedy_paper(kg: KnowledgeGraph, start: str, path: Sequence[str]) -> Found:
+    """Made-up relations are wildcards; every tail is followed; walks that cannot finish are dropped.
+    Bad when a relation was made up or nothing could be walked."""
+    hops = [[relation] if kg.has_relation(relation) else None for relation in path]
+    walks = _walks(kg, start, hops)
+    return walks, not walks or any(hop is None for hop in hops)
+
+
+def _candidate_paths(
+    path: Sequence[str], relations: list[str], retriever: Retriever, top_k: int
+) -> list[tuple[str, ...]]:
+    """The cartesian product of each hop's candidates: itself when real, else the retriever's top-k."""
+    known = set(relations)
+    if all(relation in known for relation in path):
+        return [tuple(path)]
+    retrieved: dict[str, list[str]] = {}
+    for relation in path:
+        if relation not in known and relation not in retrieved:
+            candidates = list(retriever(relation, list(relations), top_k))[:top_k]
+            unknown = [c for c in candidates if c not in known]
+            if unknown:
+                raise ConfigError(f"the retriever returned relations the KG does not hold: {unknown}")
+            retrieved[relation] = candidates
+    options = [[relation] if relation in known else retrieved[relation] for relation in path]
+    return [tuple(choice) for choice in itertools.product(*options)]
+
+
+def _retrieval(kg: KnowledgeGraph, start: str, candidates: list[tuple[str, ...]], reading: str) -> Found:
+    paths: list[tuple[Triple, ...]] = []
+    if reading == "official":
+        for relations in candidates:
+            walk: list[Triple] = []
+            node = start
+            for relation in relations:
+                # The official existence check looks at the start entity, not the current node.
+                if _first_edge(kg, start, relation) is None:
+                    continue
+                edge = _first_edge(kg, node, relation)
+                if edge is None:
+                    continue
+                walk.append(edge)
+                node = edge[2]
+            if walk:
+                paths.append(tuple(walk))
+    else:
+        for relations in candidates:
+            paths.extend(_walks(kg, start, [[relation] for relation in relations]))
+    by_end: dict[str, tuple[Triple, ...]] = {}
+    for path in paths:
+        by_end.setdefault(path[-1][2], path)
+    return list(by_end.values()), False
+
+
+def _walks(kg: KnowledgeGraph, start: str, hops: Sequence[Sequence[str] | None]) -> list[tuple[Triple, ...]]:
+    """Every walk from ``start`` taking, at each hop, an edge of one of the hop's relations (any edge when
+    the hop is None), following every tail; only walks that reach the end are returned."""
+    walks: list[tuple[Triple, ...]] = [()]
+    for hop in hops:
+        extended = []
+        for walk in walks:
+            node = walk[-1][2] if walk else start
+            if not kg.has_entity(node):
+                continue
+            edges = kg.out_edges(node)
+            extended.extend(walk + (edge,) for edge in edges if hop is None or edge[1] in hop)
+        walks = extended
+    return [walk for walk in walks if walk]
+
+
+def _longest(paths: list[tuple[Triple, ...]]) -> list[tuple[Triple, ...]]:
+    """The official ``filter_longest_lists``: all paths when their lengths agree, else only the longest."""
+    if not paths:
+        return paths
+    longest = max(len(path) for path in paths)
+    return [path for path in paths if len(path) == longest]

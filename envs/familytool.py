@@ -1,0 +1,322 @@
+"""``FamilyTool-v0``: personalised tool use over a family knowledge graph that may change while in use.
+
+One FamilyTool row per episode. The agent sees the user's query (with the golden sub-KG, the bare query,
+the whole KG, or the bare query plus KG tools, per ``kg``) and the row's candidate tools. The episode ends
+at the first message that calls a candidate tool (or calls nothing; without KG tools, at the first
+message): its calls are recorded, not executed, and scored against the gold call (reward = EM); ``info["metrics"]`` holds the paper's metrics (``familytool_metrics``). With
+``kg="tools"`` the agent may first call the generated KG tools, which run in the sandbox against the live
+graph ``env.unwrapped.kg`` (add or remove triples between or during episodes; the next call sees them).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import gymnasium as gym
+from hopgym.envs.familytool_metrics import (
+    check_reading,
+    extraction_metrics,
+    predicted_calls,
+    tool_use_metrics,
+)
+from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
+from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
+from hopgym.envs.validation import ToolValidator
+from hopgym.sandbox.base import Sandbox
+from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
+from hopgym.tasks.kg_tool_runtime import KGToolRuntime
+from hopgym.tasks.kg_tools import generate_kg_tools
+
+from hopgym.errors import ConfigError, DataError, HopgymError
+
+KG_MODES = ("gold", "none", "full", "tools")
+EXTRACTION_MODES = ("exact", "greedy", "retrieval")
+Retriever = Callable[[str, list[str], int], list[str]]
+
+SYSTEM_PROMPT = (
+    "You are a personal assistant. Fulfil the user's request by calling exactly one of the provided tools "
+    "with the right arguments; use the entity names of the user's knowledge graph (such as "
+    "restaurant_0003) as argument values where they apply."
+)
+TOOLS_PROMPT = (
+    " The user's personal knowledge graph is not shown: look up what you need with the tools whose names "
+    "start with 'kg_' (kg_search follows a path of relations from a person, e.g. the speaker), then call "
+    "the tool that fulfils the request."
+)
+
+
+def _load_retriever(retriever: Retriever | str | None) -> Retriever | None:
+    """A retriever callable, or one named ``module:function``."""
+    if retriever is None or callable(retriever):
+        return retriever
+    module_name, _, function_name = str(retriever).partition(":")
+    try:
+        function = getattr(importlib.import_module(module_name), function_name)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"retriever {retriever!r} is not an importable 'module:function' ({exc})") from exc
+    if not callable(function):
+        raise ConfigError(f"retriever {retriever!r} is not callable")
+    return function
+
+
+def bare_query(task: FamilyToolTask) -> str:
+    """The query with its speaker tag (as in the row) but without the inlined sub-KG."""
+    if task.speaker is None:
+        return task.query
+    return f"<speak>{task.speaker_label}: {task.speaker}</speak> {task.query}"
+
+
+def full_kg_query(task: FamilyToolTask, triples: list[tuple[str, str, str]]) -> str:
+    """The bare query with the whole KG as its extra information (the paper's Appendix A.2 ablation)."""
+    listed = ", ".join(f"[{head}, {relation}, {tail}]" for head, relation, tail in triples)
+    return f"{bare_query(task)}  {EXTRA_INFO_MARKER} ({listed})."
+
+
+class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
+    """One FamilyTool row per episode; see DESIGN.md "Environments (contract)".
+
+    ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
+    live KG in the prompt) or ``tools`` (bare query plus KG tools run in ``sandbox``). ``kg_path``: the KG
+    file (default ``$HOPGYM_DATA/familytool/familykg-{variant}.txt``). ``reading``: ``official`` metrics
+    (default) or ``paper``. An action may carry ``"kg_extraction"``, the raw ``KG.search(...)`` text of a
+    KGETool extraction step; it is extracted from the live KG with ``extraction`` (``greedy`` = the
+    official code's mode, ``exact``, or ``retrieval`` with ``retriever``: ``f(relation, relations, k)`` or
+    ``"module:function"``, and ``top_k``) and scored by the extraction metrics.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
+
+    def __init__(
+        self,
+        variant: str = "e",
+        kg: str = "gold",
+        data_path: str | os.PathLike[str] | None = None,
+        kg_path: str | os.PathLike[str] | None = None,
+        sandbox: str | Sandbox = "process",
+        sandbox_options: Mapping[str, Any] | None = None,
+        max_turns: int = 9,
+        feedback: str = "detailed",
+        reading: str = "official",
+        extraction: str = "greedy",
+        retriever: Retriever | str | None = None,
+        top_k: int = 3,
+        call_timeout: float | None = None,
+    ) -> None:
+        if kg not in KG_MODES:
+            raise ConfigError(f"kg must be one of {', '.join(KG_MODES)}, got {kg!r}")
+        if extraction not in EXTRACTION_MODES:
+            raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {extraction!r}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.variant = variant
+        self.kg_mode = kg
+        self.max_turns = max_turns
+        self.feedback = check_feedback_mode(feedback)
+        self.reading = check_reading(reading)
+        self.extraction = extraction
+        self.retriever = _load_retriever(retriever)
+        self.top_k = top_k
+        self._call_timeout = call_timeout
+        self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
+        self.kg = load_family_kg(variant, kg_path)
+        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        self.sandbox: Sandbox | None = None
+        self._owns_sandbox = False
+        self._runtime: KGToolRuntime | None = None
+        if kg == "tools":
+            self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+            self._runtime = KGToolRuntime(self.kg, self.sandbox)
+        self.observation_space = ChatObservationSpace()
+        self.action_space = AssistantActionSpace()
+        self._task: FamilyToolTask | None = None
+        self._messages: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._candidates: frozenset[str] = frozenset()
+        self._validator = ToolValidator([])
+        self._kg_extraction: str | None = None
+        self._turns = 0
+        self._calls_made = 0
+        self._done = True
+
+    # -- episode -----------------------------------------------------------------------------------
+
+    def _select(self, options: Mapping[str, Any] | None) -> FamilyToolTask:
+        options = options or {}
+        if "task_id" in options:
+            task_id = str(options["task_id"])
+            if task_id not in self._index_of:
+                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
+            return self.tasks[self._index_of[task_id]]
+        if "index" in options:
+            index = options["index"]
+            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
+            return self.tasks[index]
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.kg_mode == "tools" and self._runtime is None:
+            raise HopgymError("this env was closed; make a new one")
+        task = self._select(options)
+        self._task = task
+        self._tools = [doc.openai_schema() for doc in task.candidate_tools]
+        self._candidates = frozenset(doc.name for doc in task.candidate_tools)
+        system = SYSTEM_PROMPT
+        if self._runtime is not None:
+            kg_tools = generate_kg_tools(self.kg, "family")
+            clash = sorted(self._candidates & {tool.name for tool in kg_tools})
+            if clash:
+                raise DataError(f"row {task.id}: candidate tools {clash} have the names of generated KG tools")
+            self._runtime.load(kg_tools)
+            self._tools += [tool.openai_schema() for tool in kg_tools]
+            system += TOOLS_PROMPT
+        self._validator = ToolValidator(self._tools)
+        self._messages = [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}]
+        self._kg_extraction = None
+        self._turns = 0
+        self._calls_made = 0
+        self._done = False
+        return self._observation(), self._info([])
+
+    def _user_text(self, task: FamilyToolTask) -> str:
+        if self.kg_mode == "gold":
+            return task.user_text
+        if self.kg_mode == "full":
+            return full_kg_query(task, list(self.kg))
+        return bare_query(task)
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        if isinstance(action, Mapping) and action.get("kg_extraction") is not None:
+            if not isinstance(action["kg_extraction"], str):
+                raise ConfigError("the action's 'kg_extraction' must be the raw KG.search(...) text (a string)")
+            self._kg_extraction = action["kg_extraction"]
+        message = _as_message(action)
+        self._messages.append(message)
+        self._turns += 1
+        calls = message.get("tool_calls", [])
+        ids = [f"call_{self._turns}_{i}" for i in range(len(calls))]
+        # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
+        final = self._runtime is None or not calls
+        final = final or any(_call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True))
+        if final:
+            records = [self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids)]
+            self._done = True
+            metrics = self._metrics(calls)
+            info = self._info(records)
+            gold = self._task.gold_call
+            info.update(
+                correct=metrics["tool_em"] == 1.0,
+                answer={"name": gold.name, "arguments": dict(gold.arguments)},
+                metrics=metrics,
+            )
+            return self._observation(), metrics["tool_em"], True, False, info
+        records = [self._run_call(call, call_id) for call, call_id in zip(calls, ids)]
+        truncated = self._turns >= self.max_turns
+        self._done = truncated
+        return self._observation(), 0.0, False, truncated, self._info(records)
+
+    def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
+        """A call of the final message: validated and recorded, never executed."""
+        _, name, raw_arguments = _call_fields(call, call_id)
+        check = self._validator.check(name, raw_arguments)
+        self._calls_made += 1
+        return {
+            "id": call_id,
+            "name": name,
+            "arguments": check.arguments,
+            "status": check.status,
+            "errors": list(check.errors),
+            "feedback": "" if check.ok else validation_text(check.messages),
+            "latency_ms": 0.0,
+            "truncated": False,
+            "executed": False,
+        }
+
+    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
+        """A KG tool call (kg="tools"), run in the sandbox; anything else is rejected by validation."""
+        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        check = self._validator.check(name, raw_arguments)
+        latency_ms, truncated = 0.0, False
+        if check.ok and self._runtime is not None:
+            result = self._runtime.call(name, check.arguments, timeout=self._call_timeout)
+            status, detailed = outcome_of(result)
+            latency_ms, truncated = result.latency_ms, result.truncated
+            errors: tuple[str, ...] = () if status == "ok" else (status,)
+        else:
+            status, detailed, errors = check.status, validation_text(check.messages), check.errors
+        text = shown_text(status, detailed, self.feedback)
+        self._calls_made += 1
+        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
+        return {
+            "id": call_id,
+            "name": name,
+            "arguments": check.arguments,
+            "status": status,
+            "errors": list(errors),
+            "feedback": text,
+            "latency_ms": latency_ms,
+            "truncated": truncated,
+            "executed": check.ok,
+        }
+
+    # -- scoring -----------------------------------------------------------------------------------
+
+    def _metrics(self, calls: list[Any]) -> dict[str, Any]:
+        assert self._task is not None
+        tool = tool_use_metrics(predicted_calls(calls), self._task.gold_call, self.reading)
+        if self._kg_extraction is None:
+            return tool
+        kg = self._extraction_metrics(self._kg_extraction)
+        return {**tool, **kg, "counts": {**tool["counts"], **kg["counts"]}}
+
+    def _extraction_metrics(self, text: str) -> dict[str, Any]:
+        # The extraction walks live with the KGETool agent; it depends on tasks only.
+        from hopgym.agents.kgetool_extraction import extract
+
+        assert self._task is not None
+        result = extract(
+            text, self.kg, self.extraction, reading=self.reading, retriever=self.retriever, top_k=self.top_k
+        )
+        kg = self.kg
+        path_clean = [c.path is not None and all(kg.has_relation(r) for r in c.path) for c in result.calls]
+        usable = sum(
+            c.path is not None and c.start is not None and kg.has_entity(c.start) for c in result.calls
+        )
+        return extraction_metrics(self._task, result.text, result.triples, path_clean, usable, self.reading)
+
+    # -- observation and info ----------------------------------------------------------------------
+
+    def _observation(self) -> dict[str, Any]:
+        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+
+    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self._task is not None
+        return {
+            "task_id": self._task.id,
+            "variant": self.variant,
+            "kg": self.kg_mode,
+            "hops": self._task.hops,
+            "feedback": self.feedback,
+            "reading": self.reading,
+            "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools run)",
+            "candidate_tools": sorted(self._candidates),
+            "turn": self._turns,
+            "num_calls": self._calls_made,
+            "calls": records,
+        }
+
+    def close(self) -> None:
+        if self._owns_sandbox and self.sandbox is not None:
+            self.sandbox.close()
+        self.sandbox = None
+        self._runtime = None
+        super().close()

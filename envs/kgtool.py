@@ -1,0 +1,252 @@
+"""``KGTool-v0``: KG2Tool queries answered by calling tools generated from a knowledge graph's relations.
+
+Each episode is one task (a sampled FOL query): the agent gets the query and the tools its solution needs
+plus ``n_distractors`` others, calls them (each call runs in the sandbox against the KG), and answers with
+entity names. Scoring is exact set match (see envs/kgtool_scoring.py); ``info`` adds precision, recall,
+F1 and hits@1.
+
+The generated KG tools are our own deterministic code, pure functions of their JSON arguments, so unlike
+ToolHop's LLM-written tools they cannot carry state from one episode into the next. The sandbox is loaded
+once with the whole KG and all its tools (seconds for FB15k-237) and reused by every episode; which tools
+an episode offers is enforced on the host, before any call runs. A marker function loaded with the tools
+tells a shared sandbox whose KG it holds, so envs over the same KG share one load and any other load is
+noticed and redone.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import gymnasium as gym
+from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.kgtool_scoring import score_answer
+from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
+from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
+from hopgym.envs.validation import ToolValidator
+from hopgym.sandbox.base import Sandbox
+from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
+from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
+from hopgym.tasks.kg_tool_runtime import KGToolRuntime
+
+from hopgym.errors import ConfigError, HopgymError, SandboxError
+
+MARKER_FUNCTION = "kgtool_loaded_kg"
+DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}
+"""For a sandbox the env starts: loading FB15k-237 into a worker takes seconds (``timeout`` also bounds
+loads), and intermediate entity sets of a few thousand ids exceed the default result cap."""
+DEFAULT_CALL_TIMEOUT = 5.0
+
+SYSTEM_PROMPT = (
+    "You answer questions over a knowledge graph with the provided tools. Each tool follows one relation "
+    "of the graph from an entity (or a list of entities) and returns the list of entities it reaches; the "
+    "set tools intersect, unite or subtract lists. Entities are given by their ids{id_hint}. Solve the "
+    "query step by step, passing each tool result on to the next tool. When you have the answer, reply "
+    "without calling a tool: list the answer entities, one per line (their names or ids)."
+)
+
+
+def _system_prompt(kg_name: str) -> str:
+    hint = " (Freebase mids such as /m/0dr_4; the query gives each entity's name and id)"
+    return SYSTEM_PROMPT.format(id_hint=hint if kg_name == "fb15k-237" else "")
+
+
+class KGToolEnv(gym.Env[dict[str, Any], Any]):
+    """One KG2Tool task per episode; see DESIGN.md "KG2Tool tasks" and "Environments (contract)".
+
+    Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
+    ``n`` per pattern of ``patterns`` with ``seed``. ``kg_path`` is the KG's data folder (default under
+    ``$HOPGYM_DATA``). ``sandbox`` is a backend name (options via ``sandbox_options``) or a ready
+    :class:`~hopgym.sandbox.base.Sandbox`, used but not closed.
+    """
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
+
+    def __init__(
+        self,
+        kg: str = "fb15k-237",
+        data_path: str | os.PathLike[str] | None = None,
+        patterns: str | Sequence[str] = "all",
+        n: int = 20,
+        seed: int = 0,
+        n_distractors: int = 10,
+        feedback: str = "detailed",
+        sandbox: str | Sandbox = "process",
+        max_turns: int = 9,
+        sandbox_options: Mapping[str, Any] | None = None,
+        call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
+        kg_path: str | os.PathLike[str] | None = None,
+    ) -> None:
+        if kg not in KG_NAMES:
+            raise ConfigError(f"unknown kg {kg!r}; valid: {', '.join(KG_NAMES)}")
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
+        if not isinstance(n_distractors, int) or n_distractors < 0:
+            raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
+        self.feedback = check_feedback_mode(feedback)
+        self.max_turns = max_turns
+        self.n_distractors = n_distractors
+        self._seed = seed
+        self._call_timeout = call_timeout
+        self.source = load_kg_source(kg, kg_path)
+        self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
+        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
+        unknown = sorted({name for task in self.tasks for name in task.tool_names} - set(self._tool_schemas))
+        if unknown:
+            raise ConfigError(f"the tasks call tools that {kg} does not generate: {unknown[:5]}")
+        if isinstance(sandbox, str):
+            sandbox_options = {**DEFAULT_SANDBOX_OPTIONS, **dict(sandbox_options or {})}
+        self.sandbox: Sandbox | None
+        self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+        self.observation_space = ChatObservationSpace()
+        self.action_space = AssistantActionSpace()
+        self._task: KG2ToolTask | None = None
+        self._messages: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._validator = ToolValidator([])
+        self._turns = 0
+        self._calls_made = 0
+        self._done = True
+
+    def _tasks(
+        self, kg: str, data_path: Any, patterns: str | Sequence[str], n: int, seed: int
+    ) -> list[KG2ToolTask]:
+        if data_path is None:
+            if not isinstance(n, int) or n < 1:
+                raise ConfigError(f"n (tasks sampled per pattern) must be a positive integer, got {n!r}")
+            return sample_tasks(self.source, parse_patterns(patterns), n, seed)
+        tasks = read_tasks(data_path)
+        other = sorted({task.kg for task in tasks} - {kg})
+        if other:
+            raise ConfigError(f"{data_path} holds tasks over {other}, not kg={kg!r}; pass kg={other[0]!r}")
+        wanted = set(parse_patterns(patterns))
+        return [task for task in tasks if task.pattern in wanted]
+
+    # -- episode -----------------------------------------------------------------------------------
+
+    def _select(self, options: Mapping[str, Any] | None) -> KG2ToolTask:
+        options = options or {}
+        if "task_id" in options:
+            task_id = str(options["task_id"])
+            if task_id not in self._index_of:
+                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
+            return self.tasks[self._index_of[task_id]]
+        if "index" in options:
+            index = options["index"]
+            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
+                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
+            return self.tasks[index]
+        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
+
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        super().reset(seed=seed)
+        if self.sandbox is None:
+            raise HopgymError("this env was closed; make a new one")
+        task = self._select(options)
+        self._ensure_loaded()
+        self._task = task
+        offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
+        self._tools = [self._tool_schemas[name] for name in offered]
+        self._validator = ToolValidator(self._tools)
+        self._messages = [
+            {"role": "system", "content": _system_prompt(self.source.name)},
+            {"role": "user", "content": task.query},
+        ]
+        self._turns = 0
+        self._calls_made = 0
+        self._done = False
+        return self._observation(), self._info([])
+
+    def _ensure_loaded(self) -> None:
+        """Load the KG and all its tools into the sandbox unless it already holds exactly them."""
+        assert self.sandbox is not None
+        try:
+            probe = self.sandbox.call(MARKER_FUNCTION, {})
+        except SandboxError:  # nothing loaded yet
+            probe = None
+        if probe is not None and probe.status == "ok" and probe.value == self.source.name:
+            return
+        marker = f"def {MARKER_FUNCTION}():\n    return {self.source.name!r}\n"
+        KGToolRuntime(self.source.kg, self.sandbox, watch=False).load(self.source.tools, [marker])
+        probe = self.sandbox.call(MARKER_FUNCTION, {})
+        if probe.status != "ok" or probe.value != self.source.name:
+            raise SandboxError(f"the sandbox did not keep the {self.source.name} tools loaded: {probe.error}")
+
+    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        if self._task is None or self._done:
+            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        message = _as_message(action)
+        self._messages.append(message)
+        self._turns += 1
+        calls = message.get("tool_calls", [])
+        if not calls:
+            self._done = True
+            score = score_answer(
+                message["content"], self._task.answers, self.source.label, self.source.resolve
+            )
+            info = self._info([])
+            info.update(score.as_info())
+            info.update(answer=sorted({self.source.label(a) for a in self._task.answers}))
+            info["answer_ids"] = list(self._task.answers)
+            return self._observation(), float(score.correct), True, False, info
+        records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
+        truncated = self._turns >= self.max_turns
+        self._done = truncated
+        return self._observation(), 0.0, False, truncated, self._info(records)
+
+    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
+        assert self.sandbox is not None
+        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        check = self._validator.check(name, raw_arguments)
+        latency_ms = 0.0
+        truncated = False
+        if check.ok:
+            result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout)
+            status, detailed = outcome_of(result)
+            latency_ms, truncated = result.latency_ms, result.truncated
+            errors: tuple[str, ...] = () if status == "ok" else (status,)
+        else:
+            status, detailed, errors = check.status, validation_text(check.messages), check.errors
+        text = shown_text(status, detailed, self.feedback)
+        self._calls_made += 1
+        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
+        return {
+            "id": call_id,
+            "name": name,
+            "arguments": check.arguments,
+            "status": status,
+            "errors": list(errors),
+            "feedback": text,
+            "latency_ms": latency_ms,
+            "truncated": truncated,
+        }
+
+    # -- observation and info ----------------------------------------------------------------------
+
+    def _observation(self) -> dict[str, Any]:
+        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+
+    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        assert self._task is not None and self.sandbox is not None
+        return {
+            "task_id": self._task.id,
+            "kg": self._task.kg,
+            "pattern": self._task.pattern,
+            "hops": len(self._task.solution),
+            "feedback": self.feedback,
+            "isolation": self.sandbox.isolation,
+            "tool_choice": "auto",
+            "turn": self._turns,
+            "num_calls": self._calls_made,
+            "calls": records,
+        }
+
+    def close(self) -> None:
+        if self._owns_sandbox and self.sandbox is not None:
+            self.sandbox.close()
+        self.sandbox = None
+        super().close()

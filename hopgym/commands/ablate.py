@@ -1,0 +1,91 @@
+"""``hopgym ablate feedback|frameworks|scenarios``: the paper's ablations, one eval run per arm.
+
+Each ablation takes every option of ``hopgym eval`` (its parser is reused, so they cannot drift apart),
+except the setting it varies. Arms go to ``OUT/<arm>``; the tables to ``OUT/ablation.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hopgym.commands import eval as eval_command
+from hopgym.errors import ConfigError
+
+_VARIED_FLAG = {"feedback": "--feedback", "frameworks": "--agent", "scenarios": "--scenario"}
+
+
+def _eval_parser() -> argparse.ArgumentParser:
+    holder = argparse.ArgumentParser().add_subparsers()
+    eval_command.register(holder)
+    return holder.choices["eval"]
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    from hopgym.agents.ablation import ABLATIONS
+    from hopgym.envs.ablation import ERROR_SETS
+
+    parser = subparsers.add_parser("ablate", help="the paper's feedback, framework and scenario ablations")
+    ablations = parser.add_subparsers(dest="ablation", required=True, metavar="ABLATION")
+    parent = _eval_parser()
+    for name, ablation in ABLATIONS.items():
+        arms = ", ".join(ablation.arms)
+        sub = ablations.add_parser(
+            name,
+            parents=[parent],
+            conflict_handler="resolve",
+            help=f"runs the arms {arms}",
+            description=f"Runs hopgym eval once per value of {ablation.setting} ({arms}) into OUT/<value> and "
+            f"writes OUT/ablation.md. Takes hopgym eval's options except {_VARIED_FLAG[name]}.",
+        )
+        sub.set_defaults(func=run, agent=None)
+        if name == "feedback":
+            sub.add_argument(
+                "--error-set",
+                choices=ERROR_SETS,
+                default="invocation",
+                help="which calls make a query count for Table 5: invocation errors (default) or any failed call",
+            )
+
+
+def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.ablation import ABLATIONS, ablation_markdown, run_ablation
+    from hopgym.agents.model import ModelConfig
+    from hopgym.agents.runner import EvalConfig
+
+    name = args.ablation
+    setting = ABLATIONS[name].setting
+    if getattr(args, setting) is not None:
+        raise ConfigError(f"the {name} ablation varies {_VARIED_FLAG[name]}; do not pass it")
+    max_tokens = args.max_tokens
+    if args.model == "local" and max_tokens is None:
+        max_tokens = eval_command.DEFAULT_LOCAL_MAX_TOKENS
+    out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
+    with eval_command._model_endpoint(args) as (model, api_base, api_key):
+        base = EvalConfig(
+            out=out,
+            model=ModelConfig(
+                model=model,
+                api_base=api_base,
+                api_key=api_key,
+                temperature=args.temperature,
+                max_tokens=max_tokens,
+                timeout=args.timeout,
+                max_retries=args.max_retries,
+            ),
+            env_id=args.env,
+            env_kwargs=eval_command._env_kwargs(args),
+            agent=args.agent or "fc",
+            agent_options=eval_command.parse_key_values(args.agent_arg, "--agent-arg"),
+            concurrency=args.concurrency,
+            limit=args.limit,
+            resume=args.resume,
+            progress=not args.no_progress,
+        )
+        summaries = run_ablation(name, base)
+    markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))
+    (out / "ablation.md").write_text(markdown)
+    print(markdown)
+    print(f"arms: {', '.join(str(out / arm) for arm in summaries)}")
+    print(f"plots: hopgym report {' '.join(str(out / arm) for arm in summaries)} --out {out / 'report'}")
+    return 0

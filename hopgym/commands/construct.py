@@ -1,0 +1,72 @@
+"""``hopgym construct``: build a verified ToolHop-format dataset from multi-hop queries with a model."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from hopgym.commands.eval import DEFAULT_LOCAL_MAX_TOKENS, _model_endpoint
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "construct",
+        help="query-driven tool construction: documents, refinement and verified code per sub-question",
+        description="Reads rows with a question, its answer and ordered sub_tasks ([sub-question, sub-answer] "
+        "pairs; a ToolHop file works too), asks the model for each hop's tool document, refined document and "
+        "code, verifies the code in the sandbox (retrying with the failure), and writes the verified rows to "
+        "OUT as an official-format ToolHop JSON list and the per-stage report to OUT with suffix .report.json.",
+    )
+    parser.add_argument("--input", required=True, type=Path, help="JSONL or JSON list of query rows")
+    parser.add_argument("--model", required=True, help="litellm provider string, or 'local' (embedded SmolLM2)")
+    parser.add_argument("--out", required=True, type=Path, help="dataset file to write (JSON list)")
+    parser.add_argument("--api-base", help="base URL of the model server")
+    parser.add_argument("--api-key", help="API key for the model server")
+    parser.add_argument("--limit", type=int, help="construct only the first N rows")
+    parser.add_argument("--max-attempts", type=int, default=3, help="attempts per stage (default: 3)")
+    parser.add_argument("--sandbox", default="process", help="sandbox backend for verification (default: process)")
+    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
+    parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
+    parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.construct import ToolConstructor, construct_dataset, read_query_rows, report_markdown, report_path
+    from hopgym.agents.model import ModelClient, ModelConfig
+    from hopgym.errors import ConfigError
+    from hopgym.sandbox import make_sandbox
+
+    if args.limit is not None and args.limit < 1:
+        raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    rows = read_query_rows(args.input, args.limit)
+    max_tokens = args.max_tokens
+    if args.model == "local" and max_tokens is None:
+        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
+    settings = {
+        "input": str(args.input),
+        "model": args.model,
+        "max_attempts": args.max_attempts,
+        "temperature": args.temperature,
+        "max_tokens": max_tokens,
+        "sandbox": args.sandbox,
+    }
+    with _model_endpoint(args) as (model, api_base, api_key), make_sandbox(args.sandbox) as sandbox:
+        client = ModelClient(
+            ModelConfig(
+                model=model,
+                api_base=api_base,
+                api_key=api_key,
+                temperature=args.temperature,
+                max_tokens=max_tokens,
+                timeout=args.timeout,
+                max_retries=args.max_retries,
+            )
+        )
+        constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)
+        report = construct_dataset(rows, constructor, args.out, settings, progress=not args.no_progress)
+    print(report_markdown(report))
+    print(f"\ndataset: {args.out}\nreport: {report_path(args.out)}")
+    return 0

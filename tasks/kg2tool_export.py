@@ -1,0 +1,348 @@
+"""Instruction data from KG2Tool tasks (paper Section 4.4, Appendix A.3), as ShareGPT or Alpaca records.
+
+Every task gives four kinds of record, each tagged with ``kind`` and ``task_id``:
+
+- ``trajectory``: the system prompt listing the tools, the query, each tool call and its response, and the
+  final answer (entity names one per line). ShareGPT follows LLaMA-Factory's function-calling layout
+  (``human``/``function_call``/``observation``/``gpt`` turns, ``system``, ``tools``); Alpaca puts the
+  earlier turns in ``history`` (tool responses on the user side) and the final answer in ``output``.
+- ``steps``: the per-step questions of Figure 12 (the goal of the step, the tool to call, its arguments,
+  then the call, its response and a summary), ending with the final answer.
+- ``plan``: the query broken down into numbered subtasks (the step goals).
+- ``review``: one step's tool response, either the true one or a corrupted one (an entity dropped, an
+  entity replaced, or an empty response), with the question whether it achieves the step; the true one is
+  answered "Yes", the corrupted one "No". Corrupted responses always differ from the truth as sets.
+
+``read_trajectory`` parses a trajectory record back into its calls and answer names (the round trip), and
+``validate_record`` checks a record against its format.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
+
+from hopgym.errors import ConfigError, DataError
+
+EXPORT_FORMATS = ("sharegpt", "alpaca")
+RECORD_KINDS = ("trajectory", "steps", "plan", "review")
+SYSTEM_PROMPT = "You are an assistant who can utilize external tools. You can call the following tools:\n"
+GOAL_QUESTION = "What is your goal at current step?"
+TOOL_QUESTION = "What is the tool name to call at current step?"
+ARGUMENTS_QUESTION = "What are the arguments of the current tool call?"
+CALL_REQUEST = "Call the tool."
+ANSWER_QUESTION = "What is the final answer?"
+PLAN_QUESTION = "Break this query down into subtasks, one per tool call."
+REVIEW_QUESTION = "Does this tool response achieve the current step? Answer Yes or No."
+CORRUPTIONS = ("drop", "replace", "empty")
+
+_ACTION = "Action: "
+_ACTION_INPUT = "Action Input: "
+_OBSERVATION = "Observation: "
+
+ToolDocs = Sequence[Mapping[str, Any]]
+"""Function documents ``{"name", "description", "parameters"}`` of the tools offered with a task."""
+
+
+@dataclass(frozen=True)
+class Trajectory:
+    """What a trajectory record holds: (name, arguments, result) per call, and the answer names."""
+
+    calls: tuple[tuple[str, dict[str, Any], list[str]], ...]
+    answer: tuple[str, ...]
+
+
+def answer_text(task: KG2ToolTask, label: Callable[[str], str]) -> str:
+    """The final answer: the distinct names of the answer entities, sorted, one per line."""
+    return "\n".join(sorted({label(entity) for entity in task.answers}))
+
+
+def system_prompt(tools: ToolDocs) -> str:
+    return SYSTEM_PROMPT + json.dumps(list(tools), ensure_ascii=False)
+
+
+def export_records(
+    tasks: Sequence[KG2ToolTask],
+    fmt: str,
+    tools_for: Callable[[KG2ToolTask], ToolDocs],
+    label: Callable[[str], str],
+    seed: int = 0,
+    kinds: Sequence[str] = RECORD_KINDS,
+) -> Iterator[dict[str, Any]]:
+    """Every record of the chosen ``kinds`` for each task, in task order; deterministic for a seed.
+
+    ``tools_for`` gives the tools offered with a task (its solution's tools and any distractors);
+    ``label`` names an answer entity. Review corruptions replace entities with results of other steps
+    and tasks in the batch, so they stay plausible.
+    """
+    if fmt not in EXPORT_FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
+    unknown = [kind for kind in kinds if kind not in RECORD_KINDS]
+    if unknown:
+        raise ConfigError(f"unknown record kind(s) {unknown}; valid: {', '.join(RECORD_KINDS)}")
+    pool = sorted({item for task in tasks for call in task.solution for item in call.result})
+    for task in tasks:
+        rng = random.Random(f"{seed}:{task.id}")
+        system = system_prompt(tools_for(task))
+        dialogues: list[tuple[str, list[tuple[str, str]]]] = []
+        if "trajectory" in kinds:
+            dialogues.append(("trajectory", _trajectory_turns(task, label)))
+        if "steps" in kinds:
+            dialogues.append(("steps", _step_turns(task, label)))
+        if "plan" in kinds:
+            dialogues.append(("plan", _plan_turns(task)))
+        if "review" in kinds:
+            dialogues += [("review", turns) for turns in _review_turns(task, rng, pool)]
+        for index, (kind, turns) in enumerate(dialogues):
+            record = _sharegpt(turns, system) if fmt == "sharegpt" else _alpaca(turns, system)
+            record.update(id=f"{task.id}/{index}-{kind}", task_id=task.id, kind=kind)
+            if fmt == "sharegpt":
+                record["tools"] = json.dumps(list(tools_for(task)), ensure_ascii=False)
+            yield record
+
+
+# ---------------------------------------------------------------------------------------- dialogues
+# A dialogue is a list of (role, text) turns with roles human, gpt, function_call and observation.
+
+
+def _call_text(call: SolutionCall) -> str:
+    return json.dumps({"name": call.name, "arguments": call.arguments}, ensure_ascii=False)
+
+
+def _result_text(result: Sequence[str]) -> str:
+    return json.dumps(list(result), ensure_ascii=False)
+
+
+def _summary(call: SolutionCall) -> str:
+    found = ", ".join(call.result) if call.result else "nothing"
+    return f"{call.goal}: {found}."
+
+
+def _trajectory_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
+    turns = [("human", task.query)]
+    for call in task.solution:
+        turns += [("function_call", _call_text(call)), ("observation", _result_text(call.result))]
+    return [*turns, ("gpt", answer_text(task, label))]
+
+
+def _step_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
+    turns: list[tuple[str, str]] = []
+    for number, call in enumerate(task.solution):
+        question = f"{task.query} {GOAL_QUESTION}" if number == 0 else GOAL_QUESTION
+        turns += [
+            ("human", question),
+            ("gpt", call.goal),
+            ("human", TOOL_QUESTION),
+            ("gpt", call.name),
+            ("human", ARGUMENTS_QUESTION),
+            ("gpt", json.dumps(call.arguments, ensure_ascii=False)),
+            ("human", CALL_REQUEST),
+            ("function_call", _call_text(call)),
+            ("observation", _result_text(call.result)),
+            ("gpt", _summary(call)),
+        ]
+    return [*turns, ("human", ANSWER_QUESTION), ("gpt", answer_text(task, label))]
+
+
+def plan_text(task: KG2ToolTask) -> str:
+    """The subtasks of a task, numbered as in the paper's Figure 11."""
+    return "; ".join(f"{number}. {call.goal}" for number, call in enumerate(task.solution, start=1))
+
+
+def _plan_turns(task: KG2ToolTask) -> list[tuple[str, str]]:
+    return [("human", f"{task.query} {PLAN_QUESTION}"), ("gpt", plan_text(task))]
+
+
+def corrupt_result(result: Sequence[str], how: str, pool: Sequence[str], rng: random.Random) -> list[str]:
+    """A wrong tool response made from a true one; it always differs from ``result`` as a set.
+
+    ``drop`` removes one entity (from a single-entity result: ``replace`` instead), ``replace`` swaps one
+    for an entity of ``pool`` not in the result, ``empty`` returns nothing (for an empty result: one
+    entity of ``pool``).
+    """
+    if how not in CORRUPTIONS:
+        raise ConfigError(f"unknown corruption {how!r}; valid: {', '.join(CORRUPTIONS)}")
+    truth = list(result)
+    outsiders = [item for item in pool if item not in set(truth)]
+    if not truth:
+        if not outsiders:
+            raise DataError("cannot corrupt an empty response without other entities to put in it")
+        return [outsiders[rng.randrange(len(outsiders))]]
+    if how == "empty":
+        return []
+    if how == "drop" and len(truth) > 1:
+        del truth[rng.randrange(len(truth))]
+        return truth
+    if not outsiders:
+        return []
+    truth[rng.randrange(len(truth))] = outsiders[rng.randrange(len(outsiders))]
+    return sorted(truth)
+
+
+def _review_turns(task: KG2ToolTask, rng: random.Random, pool: Sequence[str]) -> list[list[tuple[str, str]]]:
+    """Two review dialogues on one step: the true response (Yes) and a corrupted one (No)."""
+    call = task.solution[rng.randrange(len(task.solution))]
+    wrong = corrupt_result(call.result, CORRUPTIONS[rng.randrange(len(CORRUPTIONS))], pool, rng)
+    return [_review(task, call, call.result, "Yes"), _review(task, call, wrong, "No")]
+
+
+def _review(
+    task: KG2ToolTask, call: SolutionCall, response: Sequence[str], verdict: str
+) -> list[tuple[str, str]]:
+    question = (
+        f"Query: {task.query}\nCurrent step: {call.goal}\nTool call: {_call_text(call)}\n"
+        f"Tool response: {_result_text(response)}\n{REVIEW_QUESTION}"
+    )
+    return [("human", question), ("gpt", verdict)]
+
+
+# ------------------------------------------------------------------------------------------ formats
+
+
+def _sharegpt(turns: list[tuple[str, str]], system: str) -> dict[str, Any]:
+    return {"conversations": [{"from": role, "value": text} for role, text in turns], "system": system}
+
+
+def _alpaca_text(role: str, text: str) -> str:
+    """A turn as Alpaca text: calls in ReAct form, responses as observations."""
+    if role == "function_call":
+        call = json.loads(text)
+        return f"{_ACTION}{call['name']}\n{_ACTION_INPUT}{json.dumps(call['arguments'], ensure_ascii=False)}"
+    if role == "observation":
+        return f"{_OBSERVATION}{text}"
+    return text
+
+
+def _alpaca(turns: list[tuple[str, str]], system: str) -> dict[str, Any]:
+    """User-side turns (human, observation) and model-side turns paired in order; the last pair is the
+    instruction and output, the earlier ones the history."""
+    pairs = [(_alpaca_text(*turns[k]), _alpaca_text(*turns[k + 1])) for k in range(0, len(turns), 2)]
+    *history, (instruction, output) = pairs
+    return {
+        "instruction": instruction,
+        "input": "",
+        "output": output,
+        "system": system,
+        "history": [list(pair) for pair in history],
+    }
+
+
+_USER_SIDE = frozenset({"human", "observation"})
+_MODEL_SIDE = frozenset({"gpt", "function_call"})
+
+
+def validate_record(record: Any, fmt: str) -> None:
+    """Check one exported record against its format; DataError says what is wrong.
+
+    ShareGPT: ``conversations`` alternates user-side (human, observation) and model-side (gpt,
+    function_call) turns, starts with human, ends with gpt, every observation follows a function call
+    whose value is a JSON ``{"name", "arguments"}``; ``system`` and ``tools`` are strings. Alpaca:
+    string ``instruction``, ``input``, ``output``, ``system`` and ``history`` as [instruction, output]
+    string pairs.
+    """
+    if not isinstance(record, Mapping):
+        raise DataError(f"a {fmt} record must be an object, got {type(record).__name__}")
+    for key in ("id", "task_id", "kind"):
+        if not isinstance(record.get(key), str):
+            raise DataError(f"{fmt} record lacks a string {key!r}")
+    where = record["id"]
+    if fmt == "sharegpt":
+        _validate_sharegpt(record, where)
+    elif fmt == "alpaca":
+        _validate_alpaca(record, where)
+    else:
+        raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
+
+
+def _validate_sharegpt(record: Mapping[str, Any], where: str) -> None:
+    if not isinstance(record.get("system"), str) or not isinstance(record.get("tools"), str):
+        raise DataError(f"{where}: 'system' and 'tools' must be strings")
+    turns = record.get("conversations")
+    if not isinstance(turns, list) or len(turns) < 2 or len(turns) % 2:
+        raise DataError(f"{where}: 'conversations' must be an even, non-empty list of turns")
+    for position, turn in enumerate(turns):
+        if not (
+            isinstance(turn, Mapping) and set(turn) == {"from", "value"} and isinstance(turn["value"], str)
+        ):
+            raise DataError(f"{where}: turn {position} must be {{'from', 'value'}} with a string value")
+        side = _USER_SIDE if position % 2 == 0 else _MODEL_SIDE
+        if turn["from"] not in side:
+            raise DataError(f"{where}: turn {position} is {turn['from']!r}; expected one of {sorted(side)}")
+        if turn["from"] == "observation" and turns[position - 1]["from"] != "function_call":
+            raise DataError(f"{where}: turn {position} is an observation that follows no function call")
+        if turn["from"] == "function_call":
+            _parse_call(turn["value"], f"{where}: turn {position}")
+    if turns[0]["from"] != "human" or turns[-1]["from"] != "gpt":
+        raise DataError(f"{where}: a conversation starts with human and ends with gpt")
+
+
+def _validate_alpaca(record: Mapping[str, Any], where: str) -> None:
+    for key in ("instruction", "input", "output", "system"):
+        if not isinstance(record.get(key), str):
+            raise DataError(f"{where}: {key!r} must be a string")
+    history = record.get("history")
+    if not isinstance(history, list) or not all(
+        isinstance(pair, list) and len(pair) == 2 and all(isinstance(text, str) for text in pair)
+        for pair in history
+    ):
+        raise DataError(f"{where}: 'history' must be a list of [instruction, output] string pairs")
+
+
+def _parse_call(text: str, where: str) -> tuple[str, dict[str, Any]]:
+    try:
+        call = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{where}: a function call must be JSON ({exc.msg})") from exc
+    if not (
+        isinstance(call, dict)
+        and isinstance(call.get("name"), str)
+        and isinstance(call.get("arguments"), dict)
+    ):
+        raise DataError(f"{where}: a function call must be {{'name': str, 'arguments': object}}")
+    return call["name"], call["arguments"]
+
+
+def read_trajectory(record: Mapping[str, Any], fmt: str) -> Trajectory:
+    """The calls and answer names of an exported trajectory record (the inverse of the export)."""
+    validate_record(record, fmt)
+    if record["kind"] != "trajectory":
+        raise DataError(
+            f"{record['id']}: only trajectory records hold a whole solution, not {record['kind']!r}"
+        )
+    if fmt == "sharegpt":
+        turns = [(turn["from"], turn["value"]) for turn in record["conversations"]]
+    else:
+        texts = [text for pair in record["history"] for text in pair] + [
+            record["instruction"],
+            record["output"],
+        ]
+        turns = [_alpaca_turn(text, position, record["id"]) for position, text in enumerate(texts)]
+    calls = []
+    for (role, text), (next_role, next_text) in pairwise(turns):
+        if role == "function_call":
+            if next_role != "observation":
+                raise DataError(f"{record['id']}: a function call without its response")
+            name, arguments = _parse_call(text, record["id"])
+            calls.append((name, arguments, json.loads(next_text)))
+    return Trajectory(calls=tuple(calls), answer=tuple(line for line in turns[-1][1].split("\n") if line))
+
+
+def _alpaca_turn(text: str, position: int, where: str) -> tuple[str, str]:
+    """Recover the role and ShareGPT-style value of one Alpaca text (even positions are user-side)."""
+    if position % 2 == 0:
+        if text.startswith(_OBSERVATION):
+            return "observation", text[len(_OBSERVATION) :]
+        return "human", text
+    if text.startswith(_ACTION):
+        head, _, rest = text.partition("\n")
+        if not rest.startswith(_ACTION_INPUT):
+            raise DataError(f"{where}: an Action line must be followed by an Action Input line")
+        arguments = json.loads(rest[len(_ACTION_INPUT) :])
+        return "function_call", json.dumps({"name": head[len(_ACTION) :], "arguments": arguments})
+    return "gpt", text

@@ -1,0 +1,102 @@
+"""Running generated KG tools in the sandbox against a live ``KnowledgeGraph``.
+
+An episode's sources are the in-sandbox store (``kg_store_source.py``), one statement loading a snapshot of
+the graph, and the generated tool functions. The graph may change while it is used (FamilyTool's inductive
+setting): before each call the runtime compares the graph with the snapshot it shipped and, when they
+differ, loads the episode again with a fresh snapshot, so the next call sees the new triples. The check
+costs one pass over the triples; ``watch=False`` skips it for large graphs that do not change (call
+:meth:`KGToolRuntime.refresh` after changing one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from hopgym.sandbox.base import CallResult, LoadResult, Sandbox
+from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg_io import Triple
+from hopgym.tasks.kg_tools import GeneratedTool, module_source
+
+from hopgym.errors import SandboxError
+
+STORE_SOURCE_FILE = Path(__file__).with_name("kg_store_source.py")
+
+
+def store_source() -> str:
+    """The in-sandbox KG store module, as source text."""
+    return STORE_SOURCE_FILE.read_text(encoding="utf-8")
+
+
+def snapshot_source(triples: Sequence[Triple]) -> str:
+    """One statement that fills the sandbox store with ``triples`` (kept in order; ids keep it compact)."""
+    entities: dict[str, int] = {}
+    relations: dict[str, int] = {}
+    flat: list[int] = []
+    for head, relation, tail in triples:
+        flat += (
+            entities.setdefault(head, len(entities)),
+            relations.setdefault(relation, len(relations)),
+            entities.setdefault(tail, len(entities)),
+        )
+    payload = json.dumps({"entities": list(entities), "relations": list(relations), "triples": flat})
+    return f"KG.load({json.dumps(payload)})\n"
+
+
+class KGToolRuntime:
+    """Generated KG tools of one episode at a time, executed in ``sandbox`` against ``kg``.
+
+    The sandbox is used, not owned: the caller closes it. ``load`` starts an episode with a set of tools
+    (a fresh worker); ``call`` runs one of them.
+    """
+
+    def __init__(self, kg: KnowledgeGraph, sandbox: Sandbox, *, watch: bool = True) -> None:
+        self.kg = kg
+        self.sandbox = sandbox
+        self.watch = watch
+        self._tools: tuple[GeneratedTool, ...] = ()
+        self._shipped: list[Triple] | None = None
+        self._extra_sources: tuple[str, ...] = ()
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(tool.name for tool in self._tools)
+
+    def load(self, tools: Sequence[GeneratedTool], extra_sources: Sequence[str] = ()) -> LoadResult:
+        """Start an episode whose namespace holds the KG store, a snapshot of the graph and ``tools``
+        (plus ``extra_sources``, e.g. other tool code of the same episode). Raises SandboxError when a
+        generated tool fails to load, since that is a bug, not an agent mistake."""
+        self._tools = tuple(tools)
+        self._extra_sources = tuple(extra_sources)
+        return self._ship()
+
+    def refresh(self) -> bool:
+        """Reload the episode if the graph changed since it was shipped; returns whether it did."""
+        if self._shipped is None:
+            raise SandboxError("no KG tools are loaded: call load(tools) first")
+        if list(self.kg) == self._shipped:
+            return False
+        self._ship()
+        return True
+
+    def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
+        """Run one loaded tool; with ``watch`` the graph's latest triples are used."""
+        if self.watch:
+            self.refresh()
+        elif self._shipped is None:
+            raise SandboxError("no KG tools are loaded: call load(tools) first")
+        return self.sandbox.call(name, arguments, timeout=timeout)
+
+    def _ship(self) -> LoadResult:
+        triples = list(self.kg)
+        sources = [store_source(), snapshot_source(triples), module_source(self._tools), *self._extra_sources]
+        result = self.sandbox.load(sources)
+        missing = [name for name in self.tool_names if name not in result.functions]
+        own_sources = {f"source {index}" for index in range(3)}  # store, snapshot, tools
+        kg_errors = [error for error in result.errors if error.split(":", 1)[0] in own_sources]
+        if missing or kg_errors:
+            raise SandboxError(f"generated KG tools failed to load in the sandbox: {kg_errors or missing}")
+        self._shipped = triples
+        return result

@@ -1,0 +1,104 @@
+"""Model-server processes: readiness waiting, failure reports and stopping, with real child processes;
+the vLLM command line (vLLM itself is an optional extra, so a stand-in ``vllm`` executable is used)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+from hopgym.agents.server_process import ServerProcess, free_port, is_ready
+from hopgym.agents.vllm_server import tool_call_parser_for, vllm_command, vllm_server
+from hopgym.errors import ConfigError, ModelError
+
+# Serves GET /v1/models after a delay; records its own argv, like a slow-starting model server would.
+FAKE_SERVER = """
+import json, sys, time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+argv = sys.argv[1:]
+port = int(argv[argv.index("--port") + 1])
+open(sys.argv[0] + ".argv.json", "w").write(json.dumps(argv))
+time.sleep(float(argv[argv.index("--delay") + 1]) if "--delay" in argv else 0.8)
+class Handler(BaseHTTPRequestHandler):
+    def do_GET(self):
+        body = json.dumps({"data": [{"id": "m"}]}).encode()
+        self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+HTTPServer(("127.0.0.1", port), Handler).serve_forever()
+"""
+
+
+@pytest.fixture
+def fake_vllm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """An executable named ``vllm`` on PATH that behaves like a slow-starting OpenAI-compatible server."""
+    executable = tmp_path / "bin" / "vllm"
+    executable.parent.mkdir()
+    executable.write_text(f"#!{sys.executable}\n{FAKE_SERVER}")
+    executable.chmod(executable.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", f"{executable.parent}{os.pathsep}{os.environ['PATH']}")
+    return executable
+
+
+def test_waits_for_readiness_then_stops_the_server(fake_vllm: Path) -> None:
+    server = vllm_server("Qwen/Qwen2.5-7B-Instruct", startup_timeout=60)
+    with server:
+        assert server.running and is_ready(server.api_base)
+        argv = json.loads(Path(f"{fake_vllm}.argv.json").read_text())
+    assert argv[:2] == ["serve", "Qwen/Qwen2.5-7B-Instruct"]
+    assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
+    assert not server.running and not is_ready(server.api_base)
+
+
+def test_a_server_that_exits_early_is_reported_with_its_log() -> None:
+    command = [sys.executable, "-c", "import sys; print('no GPU found'); sys.exit(3)"]
+    server = ServerProcess("broken", command, f"http://127.0.0.1:{free_port()}/v1", startup_timeout=30)
+    with pytest.raises(ModelError, match=r"(?s)exited with code 3.*no GPU found"):
+        server.start()
+
+
+def test_a_server_that_never_gets_ready_is_stopped_after_the_timeout() -> None:
+    command = [sys.executable, "-c", "import time; time.sleep(60)"]
+    server = ServerProcess("sleepy", command, f"http://127.0.0.1:{free_port()}/v1", startup_timeout=1.0)
+    with pytest.raises(ModelError, match="not ready after 1 s"):
+        server.start()
+    assert not server.running
+
+
+def test_a_busy_port_is_refused(fake_vllm: Path) -> None:
+    with vllm_server("meta-llama/Llama-3.1-8B-Instruct", startup_timeout=60) as first:
+        port = int(first.api_base.rsplit(":", 1)[1].split("/")[0])
+        with pytest.raises(ModelError, match="already answers"):
+            vllm_server("meta-llama/Llama-3.1-8B-Instruct", port=port).start()
+
+
+@pytest.mark.parametrize(
+    ("model", "parser"),
+    [
+        ("Qwen/Qwen2.5-72B-Instruct", "hermes"),
+        ("Qwen/Qwen3-Coder-30B-A3B-Instruct", "qwen3_coder"),
+        ("meta-llama/Llama-3.1-8B-Instruct", "llama3_json"),
+        ("meta-llama/Llama-4-Scout-17B-16E-Instruct", "llama4_pythonic"),
+        ("mistralai/Mistral-7B-Instruct-v0.3", "mistral"),
+        ("openai/gpt-oss-20b", "openai"),
+    ],
+)
+def test_the_tool_call_parser_follows_the_model_family(model: str, parser: str) -> None:
+    assert tool_call_parser_for(model) == parser
+
+
+def test_an_unknown_family_needs_an_explicit_parser() -> None:
+    with pytest.raises(ConfigError, match="--tool-call-parser"):
+        tool_call_parser_for("acme/unknown-7b")
+    command = vllm_command("acme/unknown-7b", 8000, tool_call_parser="pythonic", extra_args=["--max-model-len", "8192"])
+    assert command == [
+        "vllm", "serve", "acme/unknown-7b", "--host", "127.0.0.1", "--port", "8000",
+        "--enable-auto-tool-choice", "--tool-call-parser", "pythonic", "--max-model-len", "8192",
+    ]  # fmt: skip
