@@ -38,4 +38,5 @@ if ! docker image inspect "$BASE_IMAGE" >/dev/null 2>&1; then
         | docker import - "$BASE_IMAGE" >/dev/null
 fi
 
-.venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host
+make --silent .venv/.installed >/dev/null
+.venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host | tail -n 3

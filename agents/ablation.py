@@ -69,7 +69,9 @@ def _pct(value: float | None) -> str:
 
 def table5_markdown(detailed: Path, minimal: Path, error_set: str = "invocation") -> str:
     """Table 5 from two run folders (detailed and minimal feedback)."""
-    flips = feedback_flips(read_episodes(detailed / EPISODES_FILE), read_episodes(minimal / EPISODES_FILE), error_set)
+    flips = feedback_flips(
+        read_episodes(detailed / EPISODES_FILE), read_episodes(minimal / EPISODES_FILE), error_set
+    )
     rates = flips.table5()
     return "\n".join(
         [
@@ -96,7 +98,9 @@ def table11_markdown(summaries: Mapping[str, Mapping[str, Any]]) -> str:
     )
 
 
-def ablation_markdown(name: str, out: Path, summaries: Mapping[str, Mapping[str, Any]], error_set: str = "invocation") -> str:
+def ablation_markdown(
+    name: str, out: Path, summaries: Mapping[str, Mapping[str, Any]], error_set: str = "invocation"
+) -> str:
     """The ablation's own table (Table 5 or 11) and the Table 4 columns of every arm side by side."""
     sections = [f"# Ablation: {name}", ""]
     if name == "feedback":

@@ -67,7 +67,8 @@ class Agent(ABC):
     ) -> ModelReply:
         """A model call whose tokens, retries and latency count toward this episode (``client`` picks
         another model than the agent's own, e.g. KGETool's extraction model)."""
-        reply = await (client or self.client).complete(messages, tools=tools, tool_choice=tool_choice, stop=stop)
+        client = client or self.client
+        reply = await client.complete(messages, tools=tools, tool_choice=tool_choice, stop=stop)
         self.stats.usage.add(reply.usage)
         self.stats.model_turns += 1
         self.stats.model_latency_ms += reply.latency_ms

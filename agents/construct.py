@@ -20,7 +20,12 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hopgym.agents.construct_prompts import creation_prompt, generation_prompt, refinement_prompt, retry_prompt
+from hopgym.agents.construct_prompts import (
+    creation_prompt,
+    generation_prompt,
+    refinement_prompt,
+    retry_prompt,
+)
 from hopgym.agents.construct_verify import (
     check_backward_compatible,
     check_document,
@@ -65,8 +70,12 @@ def _hop_order(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     name_of = {question: document.get("name") for question, document in row["tools"].items()}
     unplaced = [question for question in row["sub_task"] if name_of.get(question) not in position]
     if unplaced:
-        raise DataError(f"sub-questions {unplaced} have no tool whose function is defined; cannot order the hops")
-    return sorted(((str(q), str(a)) for q, a in row["sub_task"].items()), key=lambda pair: position[name_of[pair[0]]])
+        raise DataError(
+            f"sub-questions {unplaced} have no tool whose function is defined; cannot order the hops"
+        )
+    return sorted(
+        ((str(q), str(a)) for q, a in row["sub_task"].items()), key=lambda pair: position[name_of[pair[0]]]
+    )
 
 
 def query_row(row: Mapping[str, Any], index: int) -> QueryRow:
@@ -77,8 +86,12 @@ def query_row(row: Mapping[str, Any], index: int) -> QueryRow:
         raise DataError(f"construction row {row_id}: needs 'question' and 'answer'")
     if "sub_tasks" in row:
         pairs = row["sub_tasks"]
-        if not isinstance(pairs, list) or not all(isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs):
-            raise DataError(f"construction row {row_id}: 'sub_tasks' must be a list of [sub-question, sub-answer]")
+        if not isinstance(pairs, list) or not all(
+            isinstance(p, (list, tuple)) and len(p) == 2 for p in pairs
+        ):
+            raise DataError(
+                f"construction row {row_id}: 'sub_tasks' must be a list of [sub-question, sub-answer]"
+            )
         sub_tasks = [(str(q), str(a)) for q, a in pairs]
     elif {"sub_task", "tools", "functions"} <= set(row):
         sub_tasks = _hop_order(row)
@@ -90,7 +103,9 @@ def query_row(row: Mapping[str, Any], index: int) -> QueryRow:
     questions = [q for q, _ in sub_tasks]
     if not sub_tasks or len(set(questions)) != len(questions):
         raise DataError(f"construction row {row_id}: sub-questions must be non-empty and distinct")
-    return QueryRow(row_id, str(row["question"]), str(row["answer"]), tuple(sub_tasks), str(row.get("domain", "")))
+    return QueryRow(
+        row_id, str(row["question"]), str(row["answer"]), tuple(sub_tasks), str(row.get("domain", ""))
+    )
 
 
 def read_query_rows(path: Path, limit: int | None = None) -> list[QueryRow]:
@@ -135,7 +150,9 @@ class RowRecord:
     usage: Usage = field(default_factory=Usage)
 
     def passed(self, row: QueryRow) -> bool:
-        return self.error is None and len(self.tools) == len(row.sub_tasks) and all(t.passed for t in self.tools)
+        return (
+            self.error is None and len(self.tools) == len(row.sub_tasks) and all(t.passed for t in self.tools)
+        )
 
 
 class ToolConstructor:
@@ -162,7 +179,10 @@ class ToolConstructor:
                 record.passed = True
                 return product, record
             record.failures.append(failures)
-            messages += [{"role": "assistant", "content": text}, {"role": "user", "content": retry_prompt("\n".join(f"- {f}" for f in failures))}]
+            messages += [
+                {"role": "assistant", "content": text},
+                {"role": "user", "content": retry_prompt("\n".join(f"- {f}" for f in failures))},
+            ]
         return None, record
 
     def _creation_check(self, taken: Sequence[str]) -> Check:
@@ -205,10 +225,14 @@ class ToolConstructor:
 
         return check
 
-    async def construct_tool(self, question: str, answer: str, taken: Sequence[str], usage: Usage) -> ToolRecord:
+    async def construct_tool(
+        self, question: str, answer: str, taken: Sequence[str], usage: Usage
+    ) -> ToolRecord:
         """One hop's tool through the three stages, stopping at the first that fails."""
         tool = ToolRecord(question, answer)
-        created, record = await self._stage("creation", creation_prompt(question), self._creation_check(taken), usage)
+        created, record = await self._stage(
+            "creation", creation_prompt(question), self._creation_check(taken), usage
+        )
         tool.stages.append(record)
         if not record.passed:
             return tool
@@ -220,7 +244,10 @@ class ToolConstructor:
             return tool
         tool.document = refined
         generated, record = await self._stage(
-            "generation", generation_prompt(refined, question, answer), self._generation_check(refined, answer), usage
+            "generation",
+            generation_prompt(refined, question, answer),
+            self._generation_check(refined, answer),
+            usage,
         )
         tool.stages.append(record)
         if record.passed:
@@ -274,7 +301,9 @@ def stage_statistics(records: Sequence[RowRecord]) -> dict[str, dict[str, Any]]:
     return statistics
 
 
-def construction_report(rows: Sequence[QueryRow], records: Sequence[RowRecord], settings: Mapping[str, Any]) -> dict[str, Any]:
+def construction_report(
+    rows: Sequence[QueryRow], records: Sequence[RowRecord], settings: Mapping[str, Any]
+) -> dict[str, Any]:
     """The report: settings, per-stage statistics, row and tool totals, and every tool's stage records."""
     usage = Usage()
     for record in records:
@@ -339,7 +368,9 @@ def construct_dataset(
             records.append(await constructor.construct_row(row))
 
     run_to_completion(run_all())
-    verified = [dataset_row(row, record) for row, record in zip(rows, records, strict=True) if record.passed(row)]
+    verified = [
+        dataset_row(row, record) for row, record in zip(rows, records, strict=True) if record.passed(row)
+    ]
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(verified, indent=2, ensure_ascii=False) + "\n")
     report = construction_report(rows, records, settings)

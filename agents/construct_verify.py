@@ -9,6 +9,7 @@ the proposed call returns the sub-answer, and invalid calls derived from it retu
 from __future__ import annotations
 
 import ast
+import html
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -43,12 +44,22 @@ def _shown(value: Any) -> str:
     return text if len(text) <= _SHOWN_CHARS else text[:_SHOWN_CHARS] + "…"
 
 
-def parse_json_reply(text: str) -> tuple[dict[str, Any] | None, list[str]]:
-    """The JSON object of a reply (bare, in a ```json fence, or the outermost ``{...}`` span)."""
+def _json_candidates(text: str) -> list[str]:
     candidates = [text.strip(), *(match.strip() for match in _FENCE.findall(text))]
     start, end = text.find("{"), text.rfind("}")
     if 0 <= start < end:
         candidates.append(text[start : end + 1])
+    return candidates
+
+
+def parse_json_reply(text: str) -> tuple[dict[str, Any] | None, list[str]]:
+    """The JSON object of a reply (bare, in a ```json fence, or the outermost ``{...}`` span).
+
+    llama.cpp's ``chatml-function-calling`` template HTML-escapes the prompt, and small models echo
+    the entities (``&#34;`` for ``"``), so an unescaped reading is tried after the literal one.
+    """
+    unescaped = html.unescape(text)
+    candidates = _json_candidates(text) + (_json_candidates(unescaped) if unescaped != text else [])
     for candidate in candidates:
         try:
             value = json.loads(candidate)
@@ -82,7 +93,7 @@ def check_document(document: Any, taken_names: Sequence[str] = ()) -> list[str]:
         failures.append("the tool needs a non-empty string 'description'")
     parameters = document.get("parameters")
     if not isinstance(parameters, Mapping) or parameters.get("type") != "object":
-        return [*failures, "'parameters' must be an object schema with \"type\": \"object\""]
+        return [*failures, '\'parameters\' must be an object schema with "type": "object"']
     properties = parameters.get("properties")
     if not isinstance(properties, Mapping) or not properties:
         return [*failures, "'parameters' needs a non-empty 'properties' object"]
@@ -117,12 +128,20 @@ def check_backward_compatible(original: Mapping[str, Any], refined: Mapping[str,
     for name in (name for name in old if name in new):
         old_types, new_types = _types(old[name]), _types(new[name])
         if new_types is not None and (old_types is None or not old_types <= new_types):
-            failures.append(f"parameter {name!r} allowed {sorted(old_types or ['any'])}, now {sorted(new_types)}")
-        if "enum" in new[name] and not set(map(repr, old[name].get("enum", [None]))) <= set(map(repr, new[name]["enum"])):
+            failures.append(
+                f"parameter {name!r} allowed {sorted(old_types or ['any'])}, now {sorted(new_types)}"
+            )
+        if "enum" in new[name] and not set(map(repr, old[name].get("enum", [None]))) <= set(
+            map(repr, new[name]["enum"])
+        ):
             failures.append(f"parameter {name!r} lost enum values of the original")
-    newly_required = set(refined["parameters"].get("required", [])) - set(original["parameters"].get("required", []))
+    newly_required = set(refined["parameters"].get("required", [])) - set(
+        original["parameters"].get("required", [])
+    )
     if newly_required:
-        failures.append(f"the refined tool makes {sorted(newly_required)} required; new parameters must be optional")
+        failures.append(
+            f"the refined tool makes {sorted(newly_required)} required; new parameters must be optional"
+        )
     return failures
 
 
@@ -159,7 +178,9 @@ def check_signature(code: str, document: Mapping[str, Any]) -> list[str]:
     return failures
 
 
-def parse_proposed_call(call: Any, code: str, document: Mapping[str, Any]) -> tuple[GoldCall | None, list[str]]:
+def parse_proposed_call(
+    call: Any, code: str, document: Mapping[str, Any]
+) -> tuple[GoldCall | None, list[str]]:
     """The proposed call bound to keyword arguments, and valid against the document's schema."""
     name = document["name"]
     if not isinstance(call, str):
@@ -177,7 +198,9 @@ def parse_proposed_call(call: Any, code: str, document: Mapping[str, Any]) -> tu
     return gold, []
 
 
-def invalid_calls(document: Mapping[str, Any], arguments: Mapping[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+def invalid_calls(
+    document: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> list[tuple[str, dict[str, Any]]]:
     """(description, arguments) of calls that each change one value of a valid call into an invalid one:
     an empty required string, a value of the wrong type for a required parameter, a value outside an enum."""
     properties = document["parameters"]["properties"]
@@ -188,7 +211,9 @@ def invalid_calls(document: Mapping[str, Any], arguments: Mapping[str, Any]) -> 
         if types == {"string"}:
             calls.append((f"{name} empty", {**arguments, name: ""}))
         elif len(types) == 1 and next(iter(types)) in _BAD_VALUE_BY_TYPE:
-            calls.append((f"{name} of the wrong type", {**arguments, name: _BAD_VALUE_BY_TYPE[next(iter(types))]}))
+            calls.append(
+                (f"{name} of the wrong type", {**arguments, name: _BAD_VALUE_BY_TYPE[next(iter(types))]})
+            )
     enum_names = [name for name in properties if "enum" in properties[name]]
     if enum_names:
         calls.append((f"{enum_names[0]} outside its enum", {**arguments, enum_names[0]: "__not_an_option__"}))
@@ -214,7 +239,9 @@ def check_execution(
     if result.status != "ok" or is_error_value(result.value):
         failures = [f"the call {call.source} {_outcome(result)} instead of the answer {answer!r}"]
     elif not normalized_match(answer, render_value(result.value)):
-        failures = [f"the call {call.source} {_outcome(result)}, which does not contain the answer {answer!r}"]
+        failures = [
+            f"the call {call.source} {_outcome(result)}, which does not contain the answer {answer!r}"
+        ]
     else:
         failures = []
     bad_calls = invalid_calls(document, call.arguments)
@@ -226,6 +253,6 @@ def check_execution(
             shown = ", ".join(f"{key}={value!r}" for key, value in arguments.items())
             failures.append(
                 f"the invalid call {name}({shown}) ({description}) {_outcome(bad)}; "
-                "it must return a dict {\"error\": ...} naming the problem"
+                'it must return a dict {"error": ...} naming the problem'
             )
     return failures

@@ -18,7 +18,9 @@ class FunctionCallingAgent(Agent):
     async def act(self, observation: Observation, info: Mapping[str, Any]) -> Action:
         tools = observation["tools"]
         reply = await self.complete(
-            observation["messages"], tools=tools or None, tool_choice=info.get("tool_choice") if tools else None
+            observation["messages"],
+            tools=tools or None,
+            tool_choice=info.get("tool_choice") if tools else None,
         )
         message = reply.message
         if tools and not message.get("tool_calls"):

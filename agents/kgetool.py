@@ -6,19 +6,20 @@
 3. Tool use: the query plus "The extra information for the query is (...)." and the candidate tools go
    to the tool-use model (``--model``; the extraction model is ``kg_model`` when it differs).
 
-It runs on ``FamilyTool-v0`` with ``kg="none"`` (the bare query): the env's reset ``info["kg"]`` is the
-live graph. Every action carries ``kg_extraction`` (the rendered sub-KG the metrics score) and
-``kg_search`` (the model's raw path-generation text and the parsed calls).
+It runs on ``FamilyTool-v0`` with ``kg="none"`` (the bare query) and reads the live graph from the env's
+``info["live_kg"]``. Every action carries ``kg_extraction``: the model's raw path-generation text (think
+text included), which the env extracts and scores. The episode record's ``agent`` entry adds the rendered
+sub-KG the tool-use model saw (``kg_subkg``) and the parsed calls (``kg_calls``).
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hopgym.agents.base import Action, Agent, Observation
+from hopgym.agents.base import Action, Agent, AgentStats, Observation
 from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
 from hopgym.agents.kgetool_extraction import Extraction, check_options, extract
 from hopgym.agents.kgetool_prompts import (
@@ -31,6 +32,25 @@ from hopgym.agents.kgetool_retrieval import make_retriever
 from hopgym.agents.model import ModelClient
 from hopgym.errors import ConfigError
 from hopgym.tasks.kg import KnowledgeGraph
+
+LIVE_KG_KEY = "live_kg"
+
+
+@dataclass
+class KGEToolStats(AgentStats):
+    """The shared counters plus what the extraction step produced (kept in the episode record)."""
+
+    kg_response: str | None = None
+    kg_subkg: str | None = None
+    kg_calls: list[dict[str, Any]] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            **super().as_dict(),
+            "kg_response": self.kg_response,
+            "kg_subkg": self.kg_subkg,
+            "kg_calls": self.kg_calls,
+        }
 
 
 class KGEToolAgent(Agent):
@@ -49,6 +69,7 @@ class KGEToolAgent(Agent):
         reading: str = "official",
     ) -> None:
         super().__init__(client)
+        self.stats: KGEToolStats = KGEToolStats()
         check_options(extraction, reading, top_k)
         if retriever is not None and extraction != "retrieval":
             raise ConfigError(f"retriever is used only with extraction=retrieval, not {extraction!r}")
@@ -61,9 +82,10 @@ class KGEToolAgent(Agent):
         self.kg_client = (
             client
             if kg_model is None
-            else ModelClient(replace(client.config, model=kg_model, api_base=kg_api_base or client.config.api_base))
+            else ModelClient(
+                replace(client.config, model=kg_model, api_base=kg_api_base or client.config.api_base)
+            )
         )
-        self.search_response: str | None = None
         self.extraction: Extraction | None = None
         self._query_index: int | None = None
         self._query: str | None = None
@@ -87,38 +109,39 @@ class KGEToolAgent(Agent):
             if recovered:
                 self.stats.raw_json_tool_calls += len(recovered)
                 message["tool_calls"] = recovered
-        message["kg_extraction"] = self.extraction.text
-        message["kg_search"] = {
-            "response": self.search_response,
-            "calls": [{"start": c.start, "path": list(c.path) if c.path else None} for c in self.extraction.calls],
-            "extraction": self.extraction_mode,
-            "reading": self.reading,
-        }
+        message["kg_extraction"] = self.stats.kg_response
         return message
 
     async def _extract(self, messages: list[Mapping[str, Any]], info: Mapping[str, Any]) -> None:
         """Steps 1 and 2: generate relation paths for the user's query and extract them from the live KG."""
-        kg = info.get("kg")
+        kg = info.get(LIVE_KG_KEY)
         if not isinstance(kg, KnowledgeGraph):
             raise ConfigError(
-                "the kgetool agent needs the live KG in the env's reset info['kg'] (FamilyTool-v0 provides it)"
+                f"the kgetool agent needs the env's live KnowledgeGraph in info[{LIVE_KG_KEY!r}] "
+                "(FamilyTool-v0 provides it)"
             )
         index = next((i for i, m in enumerate(messages) if m.get("role") == "user"), None)
         if index is None:
             raise ConfigError("the kgetool agent needs a user message holding the query")
         query = str(messages[index].get("content") or "")
         if EXTRA_INFO in query:
-            raise ConfigError("the query already holds a sub-KG: run FamilyTool-v0 with kg='none' for kgetool")
-        speaker = info.get("speaker")
-        intent = query if "<speak>" in query or not speaker else f"<speak>Speaker: {speaker}</speak> {query}"
+            raise ConfigError(
+                "the query already holds a sub-KG: run FamilyTool-v0 with kg='none' for kgetool"
+            )
         reply = await self.complete(
-            extraction_messages(intent, kg.relations()), stop=EXTRACTION_STOP, client=self.kg_client
+            extraction_messages(query, kg.relations()), stop=EXTRACTION_STOP, client=self.kg_client
         )
-        self.search_response = reply_text(reply.message)
-        arguments = (self.search_response, kg, self.extraction_mode)
+        response = reply_text(reply.message)
+        arguments = (response, kg, self.extraction_mode)
         options = {"reading": self.reading, "retriever": self.retriever, "top_k": self.top_k}
         if self.retriever is None:
             self.extraction = extract(*arguments, **options)
         else:  # embedding a made-up relation is CPU work: keep the event loop free for other episodes
             self.extraction = await asyncio.to_thread(extract, *arguments, **options)
-        self._query_index, self._query = index, intent
+        self._query_index, self._query = index, query
+        self.stats.kg_response = response
+        self.stats.kg_subkg = self.extraction.text
+        self.stats.kg_calls = [
+            {"start": call.start, "path": list(call.path) if call.path is not None else None}
+            for call in self.extraction.calls
+        ]

@@ -43,7 +43,10 @@ def parse_hermes_tool_calls(text: str) -> list[dict[str, Any]]:
             {
                 "id": f"kgetool_call_{next(_call_ids)}",
                 "type": "function",
-                "function": {"name": value["name"], "arguments": json.dumps(value["arguments"], ensure_ascii=False)},
+                "function": {
+                    "name": value["name"],
+                    "arguments": json.dumps(value["arguments"], ensure_ascii=False),
+                },
             }
         )
     return calls

@@ -49,7 +49,16 @@ _START = re.compile(r"start=([^,]+)")
 _PATH = re.compile(r"path=\[([^\]]+)\]")
 _TAG = re.compile(r"<.*?>")
 _DELETED = str.maketrans(
-    {"'": None, '"': None, "`": None, "\u2018": None, "\u2019": None, "\u201c": None, "\u201d": None, " ": None}
+    {
+        "'": None,
+        '"': None,
+        "`": None,
+        "\u2018": None,
+        "\u2019": None,
+        "\u201c": None,
+        "\u201d": None,
+        " ": None,
+    }
 )
 _FULL_WIDTH = str.maketrans({"\uff0c": ",", "\u3010": "[", "\u3011": "]"})
 
@@ -272,7 +281,7 @@ def _walks(kg: KnowledgeGraph, start: str, hops: Sequence[Sequence[str] | None])
             if not kg.has_entity(node):
                 continue
             edges = kg.out_edges(node)
-            extended.extend(walk + (edge,) for edge in edges if hop is None or edge[1] in hop)
+            extended.extend((*walk, edge) for edge in edges if hop is None or edge[1] in hop)
         walks = extended
     return [walk for walk in walks if walk]
 

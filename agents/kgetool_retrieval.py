@@ -93,7 +93,9 @@ def _load_sentence_model(name: str) -> Any:
     try:
         from sentence_transformers import SentenceTransformer
     except ImportError as exc:
-        raise ConfigError("embedding retrievers need sentence-transformers: pip install 'hopgym[retrieval]'") from exc
+        raise ConfigError(
+            "embedding retrievers need sentence-transformers: pip install 'hopgym[retrieval]'"
+        ) from exc
     return SentenceTransformer(str(folder), device="cpu")
 
 
@@ -102,7 +104,9 @@ def _import_function(spec: str) -> Callable[..., list[str]]:
     try:
         function = getattr(importlib.import_module(module_name), attribute)
     except (ImportError, AttributeError) as exc:
-        raise ConfigError(f"retriever {spec!r}: cannot import {attribute!r} from {module_name!r}: {exc}") from exc
+        raise ConfigError(
+            f"retriever {spec!r}: cannot import {attribute!r} from {module_name!r}: {exc}"
+        ) from exc
     if not callable(function):
         raise ConfigError(f"retriever {spec!r} is not callable")
     return function

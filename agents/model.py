@@ -84,6 +84,9 @@ class ModelConfig:
     backoff_max: float = 20.0
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Further litellm keyword arguments (e.g. ``seed``), passed through unchanged."""
+    tool_choice_substitutes: Mapping[str, str] = field(default_factory=dict)
+    """Tool-choice values the server cannot take, mapped to what is sent instead (e.g. llama-cpp-python's
+    ``chatml-function-calling`` fails on ``"required"``); recorded in the run folder's run.json."""
 
 
 def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -219,7 +222,7 @@ class ModelClient:
         if tools:
             request["tools"] = list(tools)
             if tool_choice:
-                request["tool_choice"] = tool_choice
+                request["tool_choice"] = config.tool_choice_substitutes.get(tool_choice, tool_choice)
         if stop:
             request["stop"] = list(stop)
         return request

@@ -59,6 +59,7 @@ class EvalConfig:
             "model": self.model.model,
             "temperature": self.model.temperature,
             "max_tokens": self.model.max_tokens,
+            "tool_choice_substitutes": dict(self.model.tool_choice_substitutes),
         }
 
 
@@ -107,8 +108,12 @@ class EvalRun:
         self.out = Path(config.out)
         self.episodes_path = self.out / EPISODES_FILE
         self._client = ModelClient(config.model)
-        self._make_agent: Callable[[], Agent] = agent_factory(config.agent, self._client, config.agent_options)
-        self._executor = ThreadPoolExecutor(max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env")
+        self._make_agent: Callable[[], Agent] = agent_factory(
+            config.agent, self._client, config.agent_options
+        )
+        self._executor = ThreadPoolExecutor(
+            max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env"
+        )
         self._env_creation = threading.Lock()
         self._finished = 0
         self._correct = 0
@@ -122,15 +127,16 @@ class EvalRun:
         run_file = self.out / RUN_FILE
         if self.out.exists() and (self.episodes_path.exists() or run_file.exists()):
             if not self.config.resume:
-                raise ConfigError(f"{self.out} already holds a run; pass --resume to continue it or pick a new --out")
+                raise ConfigError(
+                    f"{self.out} already holds a run; pass --resume to continue it or pick a new --out"
+                )
             if run_file.exists():
                 previous = json.loads(run_file.read_text())
                 different = sorted(key for key in identity if previous.get(key) != identity[key])
                 if different:
-                    raise ConfigError(
-                        f"cannot resume {self.out}: it was run with different {', '.join(different)} "
-                        f"({ {k: previous.get(k) for k in different} } vs { {k: identity[k] for k in different} })"
-                    )
+                    was = {key: previous.get(key) for key in different}
+                    now = {key: identity[key] for key in different}
+                    raise ConfigError(f"cannot resume {self.out}: it was run with {was}, not {now}")
         self.out.mkdir(parents=True, exist_ok=True)
         run_file.write_text(json.dumps(identity, indent=2) + "\n")
         return read_episodes(self.episodes_path, repair=True)
@@ -210,7 +216,9 @@ class EvalRun:
                 record = await finished
                 writer.write(record)
                 self._count(record)
-                bar.set_postfix(acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False)
+                bar.set_postfix(
+                    acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False
+                )
                 bar.update(1)
         finally:
             writer.close()
@@ -265,4 +273,3 @@ def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> Non
         if leftovers:
             loop.run_until_complete(asyncio.wait(leftovers, timeout=leftover_grace))
         loop.close()
-

@@ -131,7 +131,11 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
             "created": int(time.time()),
             "model": request.get("model", "scripted"),
             "choices": [
-                {"index": 0, "message": message, "finish_reason": "tool_calls" if reply.tool_calls else "stop"}
+                {
+                    "index": 0,
+                    "message": message,
+                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                }
             ],
             "usage": {
                 "prompt_tokens": reply.prompt_tokens,

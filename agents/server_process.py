@@ -60,7 +60,9 @@ class ServerProcess:
     def start(self) -> ServerProcess:
         """Launch the command and wait until the server answers, or raise ModelError with its log tail."""
         if is_ready(self.api_base, timeout=0.5):
-            raise ModelError(f"{self.name}: something already answers at {self.api_base}; choose another port")
+            raise ModelError(
+                f"{self.name}: something already answers at {self.api_base}; choose another port"
+            )
         with self.log_path.open("wb") as log:
             try:
                 self._process = subprocess.Popen(

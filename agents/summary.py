@@ -93,5 +93,11 @@ def run_title(summary: Mapping[str, Any]) -> str:
     """A short description of what was run, for table headers."""
     run = summary.get("run") or {}
     env_kwargs = run.get("env_kwargs") or {}
-    parts = [run.get("env"), run.get("agent"), run.get("model"), env_kwargs.get("scenario"), env_kwargs.get("feedback")]
+    parts = [
+        run.get("env"),
+        run.get("agent"),
+        run.get("model"),
+        env_kwargs.get("scenario"),
+        env_kwargs.get("feedback"),
+    ]
     return " · ".join(str(part) for part in parts if part)

@@ -3,9 +3,10 @@
 One FamilyTool row per episode. The agent sees the user's query (with the golden sub-KG, the bare query,
 the whole KG, or the bare query plus KG tools, per ``kg``) and the row's candidate tools. The episode ends
 at the first message that calls a candidate tool (or calls nothing; without KG tools, at the first
-message): its calls are recorded, not executed, and scored against the gold call (reward = EM); ``info["metrics"]`` holds the paper's metrics (``familytool_metrics``). With
-``kg="tools"`` the agent may first call the generated KG tools, which run in the sandbox against the live
-graph ``env.unwrapped.kg`` (add or remove triples between or during episodes; the next call sees them).
+message): its calls are recorded, not executed, and scored against the gold call (reward = EM);
+``info["metrics"]`` holds the paper's metrics (``familytool_metrics``). With ``kg="tools"`` the agent may
+first call the generated KG tools, which run in the sandbox against the live graph ``env.unwrapped.kg``
+(add or remove triples between or during episodes; the next call sees them).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
+
 from hopgym.envs.familytool_metrics import (
     check_reading,
     extraction_metrics,
@@ -26,12 +28,11 @@ from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, va
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
 from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
 from hopgym.envs.validation import ToolValidator
+from hopgym.errors import ConfigError, DataError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
 from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 from hopgym.tasks.kg_tools import generate_kg_tools
-
-from hopgym.errors import ConfigError, DataError, HopgymError
 
 KG_MODES = ("gold", "none", "full", "tools")
 EXTRACTION_MODES = ("exact", "greedy", "retrieval")
@@ -173,12 +174,17 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             kg_tools = generate_kg_tools(self.kg, "family")
             clash = sorted(self._candidates & {tool.name for tool in kg_tools})
             if clash:
-                raise DataError(f"row {task.id}: candidate tools {clash} have the names of generated KG tools")
+                raise DataError(
+                    f"row {task.id}: candidate tools {clash} have the names of generated KG tools"
+                )
             self._runtime.load(kg_tools)
             self._tools += [tool.openai_schema() for tool in kg_tools]
             system += TOOLS_PROMPT
         self._validator = ToolValidator(self._tools)
-        self._messages = [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}]
+        self._messages = [
+            {"role": "system", "content": system},
+            {"role": "user", "content": self._user_text(task)},
+        ]
         self._kg_extraction = None
         self._turns = 0
         self._calls_made = 0
@@ -197,7 +203,9 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             raise HopgymError("step() called before reset() or after the episode ended; call reset()")
         if isinstance(action, Mapping) and action.get("kg_extraction") is not None:
             if not isinstance(action["kg_extraction"], str):
-                raise ConfigError("the action's 'kg_extraction' must be the raw KG.search(...) text (a string)")
+                raise ConfigError(
+                    "the action's 'kg_extraction' must be the raw KG.search(...) text (a string)"
+                )
             self._kg_extraction = action["kg_extraction"]
         message = _as_message(action)
         self._messages.append(message)
@@ -206,9 +214,13 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
         ids = [f"call_{self._turns}_{i}" for i in range(len(calls))]
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
         final = self._runtime is None or not calls
-        final = final or any(_call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True))
+        final = final or any(
+            _call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True)
+        )
         if final:
-            records = [self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids)]
+            records = [
+                self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids, strict=True)
+            ]
             self._done = True
             metrics = self._metrics(calls)
             info = self._info(records)
@@ -219,7 +231,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
                 metrics=metrics,
             )
             return self._observation(), metrics["tool_em"], True, False, info
-        records = [self._run_call(call, call_id) for call, call_id in zip(calls, ids)]
+        records = [self._run_call(call, call_id) for call, call_id in zip(calls, ids, strict=True)]
         truncated = self._turns >= self.max_turns
         self._done = truncated
         return self._observation(), 0.0, False, truncated, self._info(records)

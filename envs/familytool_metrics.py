@@ -16,10 +16,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.envs.validation import parse_arguments
+from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import FamilyToolTask, GoldCall
 from hopgym.tasks.kg_io import Triple
-
-from hopgym.errors import ConfigError
 
 READINGS = ("official", "paper")
 BAD_EXTRACT = "<bad_extract>"

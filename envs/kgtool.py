@@ -20,17 +20,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
+
 from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
 from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
 from hopgym.envs.validation import ToolValidator
+from hopgym.errors import ConfigError, HopgymError, SandboxError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
 from hopgym.tasks.kg_tool_runtime import KGToolRuntime
-
-from hopgym.errors import ConfigError, HopgymError, SandboxError
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
 DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}
@@ -190,7 +190,9 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
             )
             info = self._info([])
             info.update(score.as_info())
-            info.update(answer=sorted({self.source.label(a) for a in self._task.answers}))
+            # ``metrics`` is what `hopgym eval` copies into episode records and averages in its summary.
+            info["metrics"] = {key: info[key] for key in ("precision", "recall", "f1", "hits@1")}
+            info["answer"] = sorted({self.source.label(a) for a in self._task.answers})
             info["answer_ids"] = list(self._task.answers)
             return self._observation(), float(score.correct), True, False, info
         records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]

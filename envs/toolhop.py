@@ -7,17 +7,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
+
 from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import get_scorer
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
 from hopgym.envs.validation import ToolValidator
+from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
-
-from hopgym.errors import ConfigError, HopgymError
 
 
 def _make_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:

@@ -16,6 +16,7 @@ COMMAND_MODULES = (
     "hopgym.commands.report",
     "hopgym.commands.sandbox",
     "hopgym.commands.tools",
+    "hopgym.commands.kg2tool",
     "hopgym.commands.construct",
     "hopgym.commands.ablate",
 )

@@ -14,6 +14,7 @@ sandbox removes the containers of owners that died without cleaning up (a SIGKIL
 from __future__ import annotations
 
 import atexit
+import contextlib
 import json
 import os
 import signal
@@ -188,20 +189,41 @@ def _remove_container(api: Any, container_id: str) -> None:
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: removal already in progress
             raise
-    _LIVE_CONTAINERS.pop(container_id, None)
+    _REGISTRY.forget(container_id)
 
 
-_LIVE_CONTAINERS: dict[str, Any] = {}
-"""Containers this process started and has not removed yet, with their client: removed at exit."""
+class _ContainerRegistry:
+    """The containers this process created and has not removed yet. At interpreter exit it removes them
+    all and refuses new ones (a pool's refill thread may still be starting a spare then)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._live: dict[str, Any] = {}
+        self._closed = False
+
+    def create(self, api: Any, image: str, **options: Any) -> str:
+        with self._lock:
+            if self._closed:
+                raise SandboxError("the interpreter is exiting: no new sandbox container is started")
+            container_id = api.create_container(image, **options)["Id"]
+            self._live[container_id] = api
+            return container_id
+
+    def forget(self, container_id: str) -> None:
+        with self._lock:
+            self._live.pop(container_id, None)
+
+    def remove_all(self) -> None:
+        with self._lock:
+            self._closed = True
+            live = list(self._live.items())
+        for container_id, api in live:
+            with contextlib.suppress(Exception):  # at exit, one failure must not keep the others alive
+                _remove_container(api, container_id)
 
 
-@atexit.register
-def _remove_live_containers() -> None:
-    for container_id, api in list(_LIVE_CONTAINERS.items()):
-        try:
-            _remove_container(api, container_id)
-        except Exception:  # at exit, one failure must not keep the others alive
-            pass
+_REGISTRY = _ContainerRegistry()
+atexit.register(_REGISTRY.remove_all)
 
 
 # ---------------------------------------------------------------------------------------------- streams
@@ -241,10 +263,8 @@ class _AttachRelay:
 
     def close(self) -> None:
         """Wake and end the relay thread, and close the connection to the engine."""
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
         self._frames.close()
         self._sock.close()
 
@@ -267,10 +287,8 @@ class _SocketWriter:
         """Writes are unbuffered."""
 
     def close(self) -> None:
-        try:
+        with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_WR)
-        except OSError:
-            pass
 
 
 # ----------------------------------------------------------------------------------------------- launcher
@@ -324,19 +342,18 @@ class DockerLauncher(Launcher):
     def start(self) -> WorkerHandle:
         docker = _docker()
         try:
-            container_id = self._api.create_container(
+            container_id = _REGISTRY.create(
+                self._api,
                 self._image,
                 command=self._command,
                 user=CONTAINER_USER,
-                stdin_open=True,
-                stdin_once=True,  # the container's stdin closes when the host's connection drops
+                stdin_open=True,  # not detached, so also StdinOnce: stdin closes when the host's attach drops
                 labels=self._labels,
                 host_config=self._host_config,
                 name=f"hopgym-sandbox-{uuid.uuid4().hex[:12]}",
-            )["Id"]
+            )
         except docker.errors.APIError as exc:
             raise SandboxError(f"the Docker engine could not create a sandbox container: {exc}") from exc
-        _LIVE_CONTAINERS[container_id] = self._api
         try:
             attached = self._api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -358,7 +375,7 @@ class DockerLauncher(Launcher):
             self._exit_status(container_id, relay),
         )
         try:
-            handle.info = await_ready(connection, self._start_timeout)
+            handle.info = {**await_ready(connection, self._start_timeout), "container": container_id}
             _check_hardening(handle.info)
         except SandboxError as exc:
             handle.kill()

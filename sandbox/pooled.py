@@ -25,12 +25,19 @@ _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 class PooledSandbox(Sandbox):
     """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher."""
 
-    def __init__(self, launcher: Launcher, isolation: str, timeout: float = 5.0, spares: int = 1) -> None:
+    def __init__(
+        self,
+        launcher: Launcher,
+        isolation: str,
+        timeout: float = 5.0,
+        spares: int = 1,
+        preload: Sequence[str] = (),
+    ) -> None:
         if timeout <= 0:
             raise SandboxError(f"timeout must be positive seconds, got {timeout!r}")
         self._isolation = isolation
         self._timeout = timeout
-        self._pool = WorkerPool(launcher, spares)
+        self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
         self._sources: list[str] = []
         self._loaded = False
         try:
@@ -148,6 +155,30 @@ class PooledSandbox(Sandbox):
         """Replace the current worker and reload the episode's sources into the replacement."""
         self._replace_worker()
         self._load_sources(self._timeout)
+
+
+class PreloadingLauncher(Launcher):
+    """Runs shared sources (e.g. a large data set) in each worker before the pool hands it out, so warm
+    spares already hold them and an episode's ``load`` costs only its own sources."""
+
+    def __init__(self, launcher: Launcher, sources: Sequence[str], timeout: float = 120.0) -> None:
+        self._launcher = launcher
+        self._sources = list(sources)
+        self._timeout = timeout
+
+    def start(self) -> WorkerHandle:
+        worker = self._launcher.start()
+        try:
+            worker.connection.send({"op": "preload", "sources": self._sources})
+            reply = worker.connection.receive(time.monotonic() + self._timeout)
+        except (WorkerTimeoutError, WorkerCrashedError) as exc:
+            reason = _describe_failure(exc, worker, self._timeout)
+            worker.kill()
+            raise SandboxError(f"preloading the sandbox worker failed: {reason}") from exc
+        if reply["type"] != "preloaded" or reply.get("errors"):
+            worker.kill()
+            raise SandboxError(f"preloading the sandbox worker failed: {reply.get('errors') or reply}")
+        return worker
 
 
 def _ask_hook(

@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import subprocess
+from collections.abc import Sequence
 
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
@@ -93,6 +94,7 @@ class ProcessSandbox(PooledSandbox):
     ``isolation``: ``auto`` (bwrap, else raw namespaces), ``bwrap``, ``namespaces`` or ``none``;
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
     RestrictedPython inside the worker. ``timeout`` is the default wall-clock limit per call in seconds.
+    ``preload``: sources every worker runs before it is handed out (shared data; see ``PreloadingLauncher``).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 
@@ -109,6 +111,7 @@ class ProcessSandbox(PooledSandbox):
         open_files: int = 64,
         output_cap: int = 16_384,
         result_cap: int = 65_536,
+        preload: Sequence[str] = (),
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
@@ -122,4 +125,6 @@ class ProcessSandbox(PooledSandbox):
             result_cap=result_cap,
         )
         described = plan.describe() + ("+restricted" if policy else "")
-        super().__init__(ProcessLauncher(plan, limits, policy), described, timeout=timeout, spares=spares)
+        super().__init__(
+            ProcessLauncher(plan, limits, policy), described, timeout=timeout, spares=spares, preload=preload
+        )

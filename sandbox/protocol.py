@@ -7,6 +7,8 @@ exactly one final message, possibly preceded by events:
   (or ``{"type": "fatal", "error"}`` when hardening failed; the worker then exits).
 - ``{"op": "ping"}`` -> ``{"type": "pong"}``
 - ``{"op": "load", "sources": [str, ...]}`` -> ``{"type": "loaded", "functions": [...], "errors": [...]}``
+- ``{"op": "preload", "sources": [str, ...]}`` -> ``{"type": "preloaded", "errors": [...]}``: optional, once,
+  before ``load``, sent by the pool before a worker is handed out; ``load`` then runs in that namespace.
 - ``{"op": "call", "name", "arguments"}`` -> a result message
 - ``{"op": "execute", "code"}`` -> zero or more ``{"type": "tool_call", "name", "arguments"}`` events, each
   answered by the host with ``{"op": "tool_reply", "error": null | str}`` and later followed by a

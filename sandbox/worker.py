@@ -372,10 +372,17 @@ class Worker:
         self.output_cap = output_cap
         self.result_cap = result_cap
         self.namespace: dict | None = None
+        self.preloaded: dict | None = None
         self.functions: dict[str, types.FunctionType] = {}
 
     def serve(self) -> None:
-        handlers = {"ping": self.ping, "load": self.load, "call": self.call, "execute": self.execute}
+        handlers = {
+            "ping": self.ping,
+            "preload": self.preload,
+            "load": self.load,
+            "call": self.call,
+            "execute": self.execute,
+        }
         while (request := self.channel.receive()) is not None:
             handler = handlers.get(request.get("op"))
             if handler is None:
@@ -386,20 +393,35 @@ class Worker:
     def ping(self, request: dict) -> None:
         self.channel.send({"type": "pong"})
 
+    def preload(self, request: dict) -> None:
+        """Run sources shared by every episode (e.g. data) before the worker is handed out; the episode's
+        ``load`` then starts from this namespace instead of an empty one."""
+        if self.namespace is not None or self.preloaded is not None:
+            self.channel.send({"type": "fatal", "error": "preload must come once, before load"})
+            return
+        self.preloaded = self.policy.globals()
+        errors = self._run_sources(request["sources"], self.preloaded, "preload source")
+        self.channel.send({"type": "preloaded", "errors": errors})
+
+    def _run_sources(self, sources: list, namespace: dict, label: str) -> list:
+        """Execute each source in ``namespace``; one ``"<label> <index>: <error>"`` per failing source."""
+        errors = []
+        sink = CappedOutput(self.output_cap)
+        for index, source in enumerate(sources):
+            try:
+                code = self.policy.compile(source, f"<tool {label} {index}>", "exec")
+                with _redirected(sink):
+                    exec(code, namespace)
+            except BaseException as exc:
+                errors.append(f"{label} {index}: {describe_error(exc)}")
+        return errors
+
     def load(self, request: dict) -> None:
         if self.namespace is not None:
             self.channel.send({"type": "fatal", "error": "a worker serves one episode; load was repeated"})
             return
-        namespace = self.policy.globals()
-        errors = []
-        sink = CappedOutput(self.output_cap)
-        for index, source in enumerate(request["sources"]):
-            try:
-                code = self.policy.compile(source, f"<tool source {index}>", "exec")
-                with _redirected(sink):
-                    exec(code, namespace)
-            except BaseException as exc:
-                errors.append(f"source {index}: {describe_error(exc)}")
+        namespace = self.preloaded if self.preloaded is not None else self.policy.globals()
+        errors = self._run_sources(request["sources"], namespace, "source")
         self.namespace = namespace
         self.functions = {
             name: value

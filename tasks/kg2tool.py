@@ -16,6 +16,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.familytool import load_family_kg
 from hopgym.tasks.fb15k237 import freebase_wording, load_fb15k237
 from hopgym.tasks.fol import PATTERN_NAMES, FolStep, FolTree, trace
@@ -24,8 +25,6 @@ from hopgym.tasks.fol_text import RelationWording, generic_wording, query_text
 from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
 from hopgym.tasks.kg_tools import GeneratedTool, committed_tools, generate_kg_tools
-
-from hopgym.errors import ConfigError, DataError
 
 KG_NAMES = ("fb15k-237", "family-e")
 INTERSECTION, UNION, NEGATION = "get_intersection_of", "get_union_of", "get_negation_of"

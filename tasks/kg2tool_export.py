@@ -21,14 +21,14 @@ from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
+from pathlib import Path
 from typing import Any
 
-from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
-
 from hopgym.errors import ConfigError, DataError
+from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
 
 EXPORT_FORMATS = ("sharegpt", "alpaca")
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")
@@ -346,3 +346,35 @@ def _alpaca_turn(text: str, position: int, where: str) -> tuple[str, str]:
         arguments = json.loads(rest[len(_ACTION_INPUT) :])
         return "function_call", json.dumps({"name": head[len(_ACTION) :], "arguments": arguments})
     return "gpt", text
+
+
+def write_export(records: Iterable[Mapping[str, Any]], path: str | Path) -> int:
+    """Write records as one JSON array (a ``.json`` path, as Alpaca and ShareGPT files usually are) or as
+    JSON Lines (any other suffix); returns how many were written."""
+    rows = list(records)
+    target = Path(path)
+    if target.suffix == ".json":
+        text = json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
+    else:
+        text = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
+    try:
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise DataError(f"cannot write the export to {target}: {exc}") from exc
+    return len(rows)
+
+
+def read_export(path: str | Path) -> list[dict[str, Any]]:
+    """The records of a file written by :func:`write_export` (a JSON array or JSON Lines)."""
+    target = Path(path)
+    try:
+        text = target.read_text(encoding="utf-8")
+        if target.suffix == ".json":
+            rows = json.loads(text)
+        else:
+            rows = [json.loads(line) for line in text.split("\n") if line.strip()]
+    except (OSError, json.JSONDecodeError) as exc:
+        raise DataError(f"cannot read the export {target}: {exc}") from exc
+    if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
+        raise DataError(f"{target}: an export holds a list of JSON objects")
+    return rows

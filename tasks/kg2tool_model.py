@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgym.tasks.fol import FolTree, pattern_of
-
 from hopgym.errors import DataError
+from hopgym.tasks.fol import FolTree, pattern_of
 
 
 @dataclass(frozen=True)
@@ -43,9 +42,11 @@ class KG2ToolTask:
     query: str
     answers: tuple[str, ...]
     solution: tuple[SolutionCall, ...]
+    query_template: str | None = None
+    """The template query, when ``query`` is a model's rewording of it (``--refine-with``)."""
 
     def to_record(self) -> dict[str, Any]:
-        return {
+        record = {
             "id": self.id,
             "kg": self.kg,
             "pattern": self.pattern,
@@ -54,6 +55,9 @@ class KG2ToolTask:
             "answers": list(self.answers),
             "solution": [call.to_record() for call in self.solution],
         }
+        if self.query_template is not None:
+            record["query_template"] = self.query_template
+        return record
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -125,6 +129,9 @@ def task_from_record(row: Any, where: str = "task") -> KG2ToolTask:
     solution = row["solution"]
     if not isinstance(solution, list) or not solution:
         raise DataError(f"{where}: 'solution' must be a non-empty list of tool calls")
+    template = row.get("query_template")
+    if template is not None and not isinstance(template, str):
+        raise DataError(f"{where}: 'query_template' must be a string when present")
     return KG2ToolTask(
         id=row["id"],
         kg=row["kg"],
@@ -133,6 +140,7 @@ def task_from_record(row: Any, where: str = "task") -> KG2ToolTask:
         query=row["query"],
         answers=tuple(answers),
         solution=tuple(_call_from_record(call, f"{where}: solution[{k}]") for k, call in enumerate(solution)),
+        query_template=template,
     )
 
 

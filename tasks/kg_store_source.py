@@ -14,23 +14,32 @@ class KGStore:
     """Triples indexed by head and by tail; answers the generated tools' queries."""
 
     def __init__(self):
+        self.clear()
+
+    def clear(self):
         self.out = {}
         self.into = {}
         self.relations = set()
 
     def load(self, payload_json):
-        """Index ``{"entities": [...], "relations": [...], "triples": [h, r, t, h, r, t, ...]}`` (ids)."""
+        """Hold exactly the triples of ``{"entities": [...], "relations": [...], "triples": [h, r, t, ...]}``
+        (ids into the two lists), replacing what the store held."""
+        self.clear()
         payload = json.loads(payload_json)
         entities, relations, flat = payload["entities"], payload["relations"], payload["triples"]
         for index in range(0, len(flat), 3):
-            head, relation, tail = entities[flat[index]], relations[flat[index + 1]], entities[flat[index + 2]]
+            head, relation, tail = (
+                entities[flat[index]],
+                relations[flat[index + 1]],
+                entities[flat[index + 2]],
+            )
             self.out.setdefault(head, {}).setdefault(relation, []).append(tail)
             self.into.setdefault(tail, {}).setdefault(relation, []).append(head)
             self.relations.add(relation)
 
     def check_entity(self, entity):
         if not isinstance(entity, str):
-            raise TypeError("an entity must be a string, got " + type(entity).__name__)
+            raise TypeError("an entity must be a string, got " + repr(entity))
         if entity not in self.out and entity not in self.into:
             raise ValueError("unknown entity " + repr(entity) + ": the knowledge graph has no triple with it")
 
@@ -38,7 +47,7 @@ class KGStore:
         """One entity or a list of them, as a list (each checked)."""
         items = [entities] if isinstance(entities, str) else entities
         if not isinstance(items, list):
-            raise TypeError("expected an entity or a list of entities, got " + type(entities).__name__)
+            raise TypeError("expected an entity or a list of entities, got " + repr(entities))
         for entity in items:
             self.check_entity(entity)
         return items

@@ -5,7 +5,8 @@ the graph, and the generated tool functions. The graph may change while it is us
 setting): before each call the runtime compares the graph with the snapshot it shipped and, when they
 differ, loads the episode again with a fresh snapshot, so the next call sees the new triples. The check
 costs one pass over the triples; ``watch=False`` skips it for large graphs that do not change (call
-:meth:`KGToolRuntime.refresh` after changing one).
+:meth:`KGToolRuntime.refresh` after changing one). With a preloading sandbox the store and a snapshot are
+already in every warm worker, and an episode ships only its tools (and the graph again only if it changed).
 """
 
 from __future__ import annotations
@@ -15,12 +16,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hopgym.errors import SandboxError
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox
 from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg_io import Triple
 from hopgym.tasks.kg_tools import GeneratedTool, module_source
-
-from hopgym.errors import SandboxError
 
 STORE_SOURCE_FILE = Path(__file__).with_name("kg_store_source.py")
 
@@ -48,24 +48,48 @@ def snapshot_source(triples: Sequence[Triple]) -> str:
 class KGToolRuntime:
     """Generated KG tools of one episode at a time, executed in ``sandbox`` against ``kg``.
 
-    The sandbox is used, not owned: the caller closes it. ``load`` starts an episode with a set of tools
-    (a fresh worker); ``call`` runs one of them.
+    ``load`` starts an episode with a set of tools (a fresh worker); ``call`` runs one of them. A sandbox
+    passed in is used, not owned; :meth:`preloading` makes one whose warm workers already hold the graph
+    (worth it for large graphs: FB15k-237 takes about 1.7 s to ship per episode) and owns it.
     """
 
-    def __init__(self, kg: KnowledgeGraph, sandbox: Sandbox, *, watch: bool = True) -> None:
+    def __init__(
+        self,
+        kg: KnowledgeGraph,
+        sandbox: Sandbox,
+        *,
+        watch: bool = True,
+        preloaded: Sequence[Triple] | None = None,
+    ) -> None:
         self.kg = kg
         self.sandbox = sandbox
         self.watch = watch
+        self._preloaded = None if preloaded is None else list(preloaded)
+        self._owns_sandbox = False
         self._tools: tuple[GeneratedTool, ...] = ()
         self._shipped: list[Triple] | None = None
         self._extra_sources: tuple[str, ...] = ()
+
+    @classmethod
+    def preloading(
+        cls, kg: KnowledgeGraph, backend: str = "process", *, watch: bool = True, **options: Any
+    ) -> KGToolRuntime:
+        """A runtime over a new sandbox (``make_sandbox(backend, **options)``) whose workers hold the KG
+        store and the graph as it is now before any episode; close it with :meth:`close`."""
+        from hopgym.sandbox import make_sandbox
+
+        triples = list(kg)
+        sandbox = make_sandbox(backend, preload=[store_source(), snapshot_source(triples)], **options)
+        runtime = cls(kg, sandbox, watch=watch, preloaded=triples)
+        runtime._owns_sandbox = True
+        return runtime
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(tool.name for tool in self._tools)
 
     def load(self, tools: Sequence[GeneratedTool], extra_sources: Sequence[str] = ()) -> LoadResult:
-        """Start an episode whose namespace holds the KG store, a snapshot of the graph and ``tools``
+        """Start an episode whose namespace holds the KG store, the graph's current triples and ``tools``
         (plus ``extra_sources``, e.g. other tool code of the same episode). Raises SandboxError when a
         generated tool fails to load, since that is a bug, not an agent mistake."""
         self._tools = tuple(tools)
@@ -89,14 +113,25 @@ class KGToolRuntime:
             raise SandboxError("no KG tools are loaded: call load(tools) first")
         return self.sandbox.call(name, arguments, timeout=timeout)
 
+    def close(self) -> None:
+        """Close the sandbox if this runtime made it (:meth:`preloading`)."""
+        if self._owns_sandbox:
+            self.sandbox.close()
+
     def _ship(self) -> LoadResult:
         triples = list(self.kg)
-        sources = [store_source(), snapshot_source(triples), module_source(self._tools), *self._extra_sources]
-        result = self.sandbox.load(sources)
+        own: list[str] = []
+        if self._preloaded is None:
+            own.append(store_source())
+        if triples != self._preloaded:
+            own.append(snapshot_source(triples))
+        own.append(module_source(self._tools))
+        result = self.sandbox.load([*own, *self._extra_sources])
         missing = [name for name in self.tool_names if name not in result.functions]
-        own_sources = {f"source {index}" for index in range(3)}  # store, snapshot, tools
-        kg_errors = [error for error in result.errors if error.split(":", 1)[0] in own_sources]
+        own_labels = {f"source {index}" for index in range(len(own))}
+        kg_errors = [error for error in result.errors if error.split(":", 1)[0] in own_labels]
         if missing or kg_errors:
-            raise SandboxError(f"generated KG tools failed to load in the sandbox: {kg_errors or missing}")
+            reasons = kg_errors or [*result.errors, f"missing functions: {', '.join(missing[:5])} ..."]
+            raise SandboxError(f"generated KG tools failed to load in the sandbox: {reasons}")
         self._shipped = triples
         return result

@@ -53,7 +53,11 @@ def test_fc_parallel_malformed_and_unknown_calls_are_each_recorded(tmp_path: Pat
     def policy(request: dict[str, Any]) -> ScriptedReply:
         if has_tool_result(request):
             return ScriptedReply(content=f"The answer is {GOLD}.")
-        calls = (tool_call(TOOL, VALID_ARGUMENTS), tool_call(TOOL, '{"name": '), tool_call("no_such_tool", {}))
+        calls = (
+            tool_call(TOOL, VALID_ARGUMENTS),
+            tool_call(TOOL, '{"name": '),
+            tool_call("no_such_tool", {}),
+        )
         return ScriptedReply(tool_calls=calls)
 
     record, requests = run_first_task(tmp_path, policy, "fc")
@@ -154,7 +158,10 @@ def test_direct_sends_no_tools_and_answers_once(tmp_path: Path) -> None:
     ("content", "expected"),
     [
         ('<tool_call>\n{"name": "f", "arguments": {"a": 1}}\n</tool_call>', [("f", '{"a": 1}')]),
-        ('[{"name": "f", "parameters": {}}, {"function": {"name": "g", "arguments": "{}"}}]', [("f", "{}"), ("g", "{}")]),
+        (
+            '[{"name": "f", "parameters": {}}, {"function": {"name": "g", "arguments": "{}"}}]',
+            [("f", "{}"), ("g", "{}")],
+        ),
         ("The answer is {not json} and {'single': 'quotes'}", []),
         ('{"answer": "no name key"}', []),
     ],

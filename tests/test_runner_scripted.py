@@ -56,7 +56,9 @@ def read_records(folder: Path) -> list[dict[str, Any]]:
 
 def run(server: ScriptedModelServer, out: Path, **overrides: Any) -> dict[str, Any]:
     options = {"limit": 6, "concurrency": 3, "progress": False, **overrides}
-    model = ModelConfig(server.model, api_base=server.api_base, api_key="sk", max_retries=1, backoff_base=0.01)
+    model = ModelConfig(
+        server.model, api_base=server.api_base, api_key="sk", max_retries=1, backoff_base=0.01
+    )
     return EvalRun(EvalConfig(out=out, model=model, **options)).run()
 
 
@@ -68,7 +70,9 @@ def test_a_run_writes_one_record_per_task_and_consistent_summaries(tmp_path: Pat
     for record in records:
         assert {"task_id", "reward", "correct", "turns", "calls", "messages", "error"} <= set(record)
         assert record["error"] is None and record["turns"] == 2 and len(record["calls"]) == 1
-        assert record["correct"] == (TASKS[record["index"]].id == record["task_id"] and record["index"] % 2 == 0)
+        assert record["correct"] == (
+            TASKS[record["index"]].id == record["task_id"] and record["index"] % 2 == 0
+        )
         assert record["messages"][-1] == {"role": "assistant", "content": record["final_answer"]}
         assert record["agent"]["prompt_tokens"] == 20 and record["latency_ms"] > 0
     assert summary["answer_correctness"] == 0.5 and summary["mean_turns"] == 2.0
@@ -124,7 +128,9 @@ def test_resume_after_the_runner_is_stopped_loses_and_duplicates_nothing(tmp_pat
         assert 2 <= len(before.splitlines()) < 8
         with episodes.open("a") as handle:  # as if the kill had landed in the middle of a write
             handle.write('{"task_id": "toolhop-0')
-        resumed = subprocess.run(eval_command(server, out, "--resume"), capture_output=True, text=True, timeout=300)
+        resumed = subprocess.run(
+            eval_command(server, out, "--resume"), capture_output=True, text=True, timeout=300
+        )
         exited = time.time()
     assert resumed.returncode == 0, resumed.stderr
     after = episodes.read_text()

@@ -97,7 +97,9 @@ def test_the_tool_call_parser_follows_the_model_family(model: str, parser: str) 
 def test_an_unknown_family_needs_an_explicit_parser() -> None:
     with pytest.raises(ConfigError, match="--tool-call-parser"):
         tool_call_parser_for("acme/unknown-7b")
-    command = vllm_command("acme/unknown-7b", 8000, tool_call_parser="pythonic", extra_args=["--max-model-len", "8192"])
+    command = vllm_command(
+        "acme/unknown-7b", 8000, tool_call_parser="pythonic", extra_args=["--max-model-len", "8192"]
+    )
     assert command == [
         "vllm", "serve", "acme/unknown-7b", "--host", "127.0.0.1", "--port", "8000",
         "--enable-auto-tool-choice", "--tool-call-parser", "pythonic", "--max-model-len", "8192",

@@ -57,21 +57,12 @@ def run(args: argparse.Namespace) -> int:
     setting = ABLATIONS[name].setting
     if getattr(args, setting) is not None:
         raise ConfigError(f"the {name} ablation varies {_VARIED_FLAG[name]}; do not pass it")
-    max_tokens = args.max_tokens
-    if args.model == "local" and max_tokens is None:
-        max_tokens = eval_command.DEFAULT_LOCAL_MAX_TOKENS
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
-    with eval_command._model_endpoint(args) as (model, api_base, api_key):
+    with eval_command._model_endpoint(args) as endpoint:
         base = EvalConfig(
             out=out,
             model=ModelConfig(
-                model=model,
-                api_base=api_base,
-                api_key=api_key,
-                temperature=args.temperature,
-                max_tokens=max_tokens,
-                timeout=args.timeout,
-                max_retries=args.max_retries,
+                **endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries
             ),
             env_id=args.env,
             env_kwargs=eval_command._env_kwargs(args),

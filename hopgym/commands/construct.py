@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hopgym.commands.eval import DEFAULT_LOCAL_MAX_TOKENS, _model_endpoint
+from hopgym.commands import eval as eval_command
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -18,13 +18,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "OUT as an official-format ToolHop JSON list and the per-stage report to OUT with suffix .report.json.",
     )
     parser.add_argument("--input", required=True, type=Path, help="JSONL or JSON list of query rows")
-    parser.add_argument("--model", required=True, help="litellm provider string, or 'local' (embedded SmolLM2)")
+    parser.add_argument(
+        "--model", required=True, help="litellm provider string, or 'local' (embedded SmolLM2)"
+    )
     parser.add_argument("--out", required=True, type=Path, help="dataset file to write (JSON list)")
     parser.add_argument("--api-base", help="base URL of the model server")
     parser.add_argument("--api-key", help="API key for the model server")
     parser.add_argument("--limit", type=int, help="construct only the first N rows")
     parser.add_argument("--max-attempts", type=int, default=3, help="attempts per stage (default: 3)")
-    parser.add_argument("--sandbox", default="process", help="sandbox backend for verification (default: process)")
+    parser.add_argument(
+        "--sandbox", default="process", help="sandbox backend for verification (default: process)"
+    )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
     parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
     parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
@@ -34,7 +38,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.construct import ToolConstructor, construct_dataset, read_query_rows, report_markdown, report_path
+    from hopgym.agents.construct import (
+        ToolConstructor,
+        construct_dataset,
+        read_query_rows,
+        report_markdown,
+        report_path,
+    )
     from hopgym.agents.model import ModelClient, ModelConfig
     from hopgym.errors import ConfigError
     from hopgym.sandbox import make_sandbox
@@ -42,29 +52,17 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     rows = read_query_rows(args.input, args.limit)
-    max_tokens = args.max_tokens
-    if args.model == "local" and max_tokens is None:
-        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
-    settings = {
-        "input": str(args.input),
-        "model": args.model,
-        "max_attempts": args.max_attempts,
-        "temperature": args.temperature,
-        "max_tokens": max_tokens,
-        "sandbox": args.sandbox,
-    }
-    with _model_endpoint(args) as (model, api_base, api_key), make_sandbox(args.sandbox) as sandbox:
-        client = ModelClient(
-            ModelConfig(
-                model=model,
-                api_base=api_base,
-                api_key=api_key,
-                temperature=args.temperature,
-                max_tokens=max_tokens,
-                timeout=args.timeout,
-                max_retries=args.max_retries,
-            )
-        )
+    with eval_command._model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
+        settings = {
+            "input": str(args.input),
+            "model": args.model,
+            "max_attempts": args.max_attempts,
+            "temperature": args.temperature,
+            "max_tokens": endpoint.get("max_tokens"),
+            "sandbox": sandbox.isolation,
+        }
+        config = ModelConfig(**endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries)
+        client = ModelClient(config)
         constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)
         report = construct_dataset(rows, constructor, args.out, settings, progress=not args.no_progress)
     print(report_markdown(report))

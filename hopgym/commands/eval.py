@@ -78,36 +78,39 @@ def _default_out(args: argparse.Namespace) -> Path:
 
 
 @contextlib.contextmanager
-def _model_endpoint(args: argparse.Namespace) -> Iterator[tuple[str, str | None, str | None]]:
-    """(litellm model string, api_base, api_key); for ``local``, the embedded server runs meanwhile."""
+def _model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+    """ModelConfig fields naming the model and its server; ``local`` runs the embedded server meanwhile."""
     if args.model != "local":
-        yield args.model, args.api_base, args.api_key
+        yield {
+            "model": args.model,
+            "api_base": args.api_base,
+            "api_key": args.api_key,
+            "max_tokens": args.max_tokens,
+        }
         return
-    from hopgym.agents.local_server import local_model_string, local_server
+    from hopgym.agents.local_server import TOOL_CHOICE_SUBSTITUTES, local_model_string, local_server
 
     with local_server() as server:
-        yield local_model_string(), server.api_base, "sk-local"
+        yield {
+            "model": local_model_string(),
+            "api_base": server.api_base,
+            "api_key": "sk-local",
+            "max_tokens": args.max_tokens or DEFAULT_LOCAL_MAX_TOKENS,
+            "tool_choice_substitutes": TOOL_CHOICE_SUBSTITUTES,
+        }
 
 
 def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.kgetool_tables import familytool_tables_for_run
     from hopgym.agents.model import ModelConfig
     from hopgym.agents.runner import EvalConfig, EvalRun
     from hopgym.agents.summary import markdown_table, run_title
 
-    max_tokens = args.max_tokens
-    if args.model == "local" and max_tokens is None:
-        max_tokens = DEFAULT_LOCAL_MAX_TOKENS
-    with _model_endpoint(args) as (model, api_base, api_key):
+    with _model_endpoint(args) as endpoint:
         config = EvalConfig(
             out=Path(args.out) if args.out else _default_out(args),
             model=ModelConfig(
-                model=model,
-                api_base=api_base,
-                api_key=api_key,
-                temperature=args.temperature,
-                max_tokens=max_tokens,
-                timeout=args.timeout,
-                max_retries=args.max_retries,
+                **endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries
             ),
             env_id=args.env,
             env_kwargs=_env_kwargs(args),
@@ -121,4 +124,7 @@ def run(args: argparse.Namespace) -> int:
         summary = EvalRun(config).run()
     print(f"\n{run_title(summary)}  ({config.out})\n")
     print(markdown_table({config.agent: summary}))
+    tables = familytool_tables_for_run(config.out)  # the paper's Tables 3 and 4/5 for FamilyTool runs
+    if tables:
+        print(f"\n{tables}")
     return 0

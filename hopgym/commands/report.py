@@ -12,6 +12,15 @@ from hopgym.errors import DataError
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="print the summaries of run folders side by side")
     parser.add_argument("runs", nargs="+", type=Path, help="run folders written by hopgym eval")
+    parser.add_argument(
+        "--out", type=Path, help="also write DIR/report.md with PNG plots (needs the 'report' extra: matplotlib)"
+    )
+    parser.add_argument(
+        "--error-set",
+        choices=("invocation", "failed"),
+        default="invocation",
+        help="calls that make a query count in the feedback-flips table (default: invocation errors)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -33,4 +42,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"{folder.name}: {run_title(summary)}")
     print()
     print(markdown_table(summaries))
+    if args.out:
+        from hopgym.agents.report import write_report
+
+        print(f"\nreport: {write_report(args.runs, args.out, args.error_set)}")
     return 0

@@ -33,7 +33,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="sandbox: the tool-code worker (default); hopgym: an image that runs hopgym itself",
     )
     builder.add_argument(
-        "--network", default=None, help="network for the build's RUN steps, e.g. host when the engine has no bridge"
+        "--network",
+        default=None,
+        help="network for the build's RUN steps, e.g. host when the engine has no bridge",
     )
     builder.add_argument("--context", default=None, help="the source checkout (default: the installed one)")
     builder.set_defaults(func=build)

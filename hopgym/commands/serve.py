@@ -15,13 +15,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local = servers.add_parser("local", help="the embedded SmolLM2-135M-Instruct on llama-cpp-python")
     local.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     local.add_argument("--n-ctx", type=int, default=8192, help="context length in tokens (default: 8192)")
+    local.add_argument(
+        "--threads", type=int, help="CPU threads (default: llama-cpp's choice, half the cores)"
+    )
     local.set_defaults(func=serve_local)
 
     vllm = servers.add_parser("vllm", help="vllm serve MODEL with automatic tool choice")
     vllm.add_argument("model", help="Hugging Face model id or path")
     vllm.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     vllm.add_argument("--tool-call-parser", help="override the parser chosen from the model family")
-    vllm.add_argument("--vllm-arg", action="append", default=[], metavar="ARG", help="extra vllm serve argument")
+    vllm.add_argument(
+        "--vllm-arg", action="append", default=[], metavar="ARG", help="extra vllm serve argument"
+    )
     vllm.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds to wait for readiness")
     vllm.set_defaults(func=serve_vllm)
 
@@ -38,7 +43,9 @@ def _serve_until_stopped(server, model_string: str) -> int:
 def serve_local(args: argparse.Namespace) -> int:
     from hopgym.agents.local_server import local_model_string, local_server
 
-    return _serve_until_stopped(local_server(port=args.port, n_ctx=args.n_ctx), local_model_string())
+    return _serve_until_stopped(
+        local_server(port=args.port, n_ctx=args.n_ctx, threads=args.threads), local_model_string()
+    )
 
 
 def serve_vllm(args: argparse.Namespace) -> int:

@@ -16,7 +16,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     actions = parser.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
     generate = actions.add_parser("generate", help="write tools.json and tools.py for a KG")
     generate.add_argument("--kg", required=True, choices=KNOWN_KGS, help="which KG's relations to use")
-    generate.add_argument("--data", type=Path, help="the KG file (family) or folder (fb15k-237); default: $HOPGYM_DATA")
+    generate.add_argument(
+        "--data", type=Path, help="the KG file (family) or folder (fb15k-237); default: $HOPGYM_DATA"
+    )
     generate.add_argument("--out", type=Path, help=f"output folder (default: {GENERATED_DIR}/<kg>)")
     generate.add_argument(
         "--check", action="store_true", help="write nothing; fail unless the output folder is up to date"

@@ -39,7 +39,10 @@ def assert_denied(result: CallResult) -> None:
 
 def test_reading_a_root_only_host_file_fails(sandbox: Sandbox, host_dir: Path) -> None:
     result = attack(sandbox, "return open(path).read()", path=str(host_dir / "secret.txt"))
-    assert_denied(result)
+    if sandbox.isolation.startswith("docker"):  # a container has its own root: host files do not exist there
+        assert result.status == "error" and result.error.startswith("FileNotFoundError"), result
+    else:
+        assert_denied(result)
 
 
 def test_writing_outside_the_sandbox_fails(sandbox: Sandbox, host_dir: Path) -> None:

@@ -1,0 +1,221 @@
+"""The Markdown report of ``hopgym report RUN... --out DIR``: tables and PNG plots over run folders.
+
+Sections: the Table 4 columns of every run; accuracy by hop count; accuracy by scenario and by framework
+(agent) where the runs differ in it; invocation-error types; and correctness flips (Table 5) for every
+pair of runs that differ only in feedback mode. A section that does not apply says why instead of
+plotting. Each number in a plot is also in a table of the report.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hopgym.agents.plots import grouped_bars
+from hopgym.agents.records import EPISODES_FILE, read_episodes
+from hopgym.agents.runner import RUN_FILE
+from hopgym.agents.summary import markdown_table, run_title, summarize
+from hopgym.envs.ablation import feedback_flips
+from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.errors import DataError
+
+REPORT_FILE = "report.md"
+Series = dict[str, list[float | None]]
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder: its name, settings (env defaults filled in), episode records and summary."""
+
+    name: str
+    settings: dict[str, Any]
+    records: list[dict[str, Any]]
+    summary: dict[str, Any]
+
+
+def _env_defaults(env_id: str) -> dict[str, Any]:
+    """The keyword defaults an env is made with (its registration's, then its constructor's)."""
+    import gymnasium as gym
+
+    import hopgym  # noqa: F401 - registers the envs
+
+    try:
+        spec = gym.spec(env_id)
+    except gym.error.Error as exc:
+        raise DataError(f"run folder names env {env_id!r}, which is not registered: {exc}") from exc
+    creator = spec.entry_point
+    if isinstance(creator, str):
+        creator = gym.envs.registration.load_env_creator(creator)
+    parameters = inspect.signature(creator).parameters.values()
+    defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+    return {**defaults, **spec.kwargs}
+
+
+def _simple(value: Any) -> bool:
+    return value is None or isinstance(value, (str, int, float, bool))
+
+
+def load_run(folder: Path, name: str | None = None) -> Run:
+    """Read a run folder written by ``hopgym eval``; the summary is recomputed from its episodes."""
+    episodes = folder / EPISODES_FILE
+    if not episodes.exists():
+        raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
+    run_file = folder / RUN_FILE
+    identity = json.loads(run_file.read_text()) if run_file.exists() else {}
+    env_kwargs = {**(_env_defaults(identity["env"]) if identity.get("env") else {}), **identity.get("env_kwargs", {})}
+    settings = {key: identity.get(key) for key in ("env", "model", "agent")}
+    settings.update({key: value for key, value in env_kwargs.items() if _simple(value)})
+    records = read_episodes(episodes)
+    return Run(name or folder.name, settings, records, summarize(records, run=identity))
+
+
+def run_names(folders: Sequence[Path]) -> list[str]:
+    """Short distinct names: each folder's last path part, or as many trailing parts as tell them apart."""
+    parts = [Path(folder).resolve().parts for folder in folders]
+    for depth in range(1, max(len(p) for p in parts) + 1):
+        names = ["/".join(p[-depth:]) for p in parts]
+        if len(set(names)) == len(names):
+            return names
+    raise DataError(f"the same run folder is given twice: {[str(f) for f in folders]}")
+
+
+def _accuracy(records: Sequence[Mapping[str, Any]]) -> float | None:
+    return 100 * sum(bool(r.get("correct")) for r in records) / len(records) if records else None
+
+
+def _varying(runs: Sequence[Run], exclude: str) -> list[str]:
+    keys = sorted({key for run in runs for key in run.settings} - {exclude})
+    return [key for key in keys if len({json.dumps(run.settings.get(key)) for run in runs}) > 1]
+
+
+def _label(run: Run, keys: Sequence[str]) -> str:
+    return " · ".join(str(run.settings.get(key)) for key in keys) or "all runs"
+
+
+def accuracy_by_setting(runs: Sequence[Run], key: str) -> tuple[list[str], Series] | None:
+    """Categories = the values of ``key`` among the runs; one series per combination of the other
+    settings that vary; runs falling in one cell are pooled. None when fewer than two values occur."""
+    values = list(dict.fromkeys(str(run.settings.get(key)) for run in runs))
+    if len(values) < 2:
+        return None
+    varying = _varying(runs, key)
+    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for run in runs:
+        cells.setdefault((_label(run, varying), str(run.settings.get(key))), []).extend(run.records)
+    labels = list(dict.fromkeys(label for label, _ in cells))
+    return values, {label: [_accuracy(cells.get((label, value), [])) for value in values] for label in labels}
+
+
+def accuracy_by_hops(runs: Sequence[Run]) -> tuple[list[str], Series]:
+    hops = sorted({r["hops"] for run in runs for r in run.records if r.get("hops") is not None})
+    series = {run.name: [_accuracy([r for r in run.records if r.get("hops") == h]) for h in hops] for run in runs}
+    return [str(h) for h in hops], series
+
+
+def invocation_error_rates(runs: Sequence[Run]) -> tuple[list[str], Series]:
+    """Per-query rate (%) of each invocation error type, per run."""
+    categories = [kind.replace("_", " ") for kind in INVOCATION_ERROR_TYPES]
+    series = {}
+    for run in runs:
+        metrics = table4_metrics(run.records)
+        series[run.name] = [
+            None if metrics[f"{kind}_query"] is None else 100 * metrics[f"{kind}_query"] for kind in INVOCATION_ERROR_TYPES
+        ]
+    return categories, series
+
+
+def feedback_pairs(runs: Sequence[Run]) -> list[tuple[str, Run, Run]]:
+    """("detailed-run vs minimal-run", detailed run, minimal run) for every two runs whose settings
+    differ only in feedback mode."""
+    groups: dict[str, list[Run]] = {}
+    for run in runs:
+        rest = {key: value for key, value in run.settings.items() if key != "feedback"}
+        groups.setdefault(json.dumps(rest, sort_keys=True), []).append(run)
+    return [
+        (f"{detailed.name} vs {minimal.name}", detailed, minimal)
+        for group in groups.values()
+        for detailed in group
+        if detailed.settings.get("feedback") == "detailed"
+        for minimal in group
+        if minimal.settings.get("feedback") == "minimal"
+    ]
+
+
+FLIP_COLUMNS = ("w/ Feedback", "w/o Feedback", "ΔC→I", "ΔI→C")
+
+
+def flip_rates(pairs: Sequence[tuple[str, Run, Run]], error_set: str) -> tuple[list[str], Series, dict[str, int]]:
+    """Table 5 (percentages) per feedback pair, and the number of queries each is computed over."""
+    series: Series = {}
+    queries = {}
+    for label, detailed, minimal in pairs:
+        flips = feedback_flips(detailed.records, minimal.records, error_set)
+        queries[label] = flips.queries
+        series[label] = [None if v is None else 100 * v for v in flips.table5().values()]
+    return list(FLIP_COLUMNS), series, queries
+
+
+def series_table(first: str, categories: Sequence[str], series: Mapping[str, Sequence[float | None]]) -> str:
+    """Rows = categories, columns = series, values in percent with two decimals."""
+    names = list(series)
+    lines = [f"| {first} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for index, category in enumerate(categories):
+        cells = ["–" if series[n][index] is None else f"{series[n][index]:.2f}" for n in names]
+        lines.append(f"| {category} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def _section(
+    out: Path, heading: str, png: str, axis: tuple[str, str], data: tuple[list[str], Series] | None, why_not: str
+) -> list[str]:
+    lines = [f"## {heading}", ""]
+    if data is None:
+        return [*lines, f"Not drawn: {why_not}.", ""]
+    categories, series = data
+    grouped_bars(out / png, heading, axis[0], axis[1], categories, series)
+    return [*lines, series_table(axis[0], categories, series), "", f"![{heading}]({png})", ""]
+
+
+def write_report(folders: Sequence[Path], out: Path, error_set: str = "invocation") -> Path:
+    """Write ``out/report.md`` and its PNG plots for the given run folders; return the Markdown path."""
+    if not folders:
+        raise DataError("the report needs at least one run folder")
+    runs = [load_run(Path(folder), name) for folder, name in zip(folders, run_names(folders), strict=True)]
+    out.mkdir(parents=True, exist_ok=True)
+    lines = ["# hopgym report", ""]
+    lines += [f"- `{run.name}`: {run_title(run.summary)} ({len(run.records)} episodes)" for run in runs]
+    lines += ["", "## Table 4 columns", "", markdown_table({run.name: run.summary for run in runs}), ""]
+    pct = "answer correctness (%)"
+    by_hops = accuracy_by_hops(runs)
+    sections = [
+        ("Accuracy by hop count", "accuracy_by_hops.png", ("hops", pct), by_hops if by_hops[0] else None,
+         "no episode records its hop count"),
+        ("Accuracy by scenario", "accuracy_by_scenario.png", ("scenario", pct),
+         accuracy_by_setting(runs, "scenario"), "the runs do not differ in scenario"),
+        ("Accuracy by framework", "accuracy_by_framework.png", ("framework (agent)", pct),
+         accuracy_by_setting(runs, "agent"), "the runs do not differ in agent"),
+        ("Invocation error types", "invocation_errors.png", ("error type", "queries with the error (%)"),
+         invocation_error_rates(runs), ""),
+    ]  # fmt: skip
+    for heading, png, axis, data, why_not in sections:
+        lines += _section(out, heading, png, axis, data, why_not)
+    pairs = feedback_pairs(runs)
+    flips = flip_rates(pairs, error_set) if pairs else None
+    lines += _section(
+        out,
+        "Correctness flips between feedback modes",
+        "feedback_flips.png",
+        ("Table 5 column", "share of queries with errors (%)"),
+        flips[:2] if flips else None,
+        "no two runs differ only in feedback (detailed vs minimal)",
+    )
+    if flips:
+        counts = ", ".join(f"{label}: {n}" for label, n in flips[2].items())
+        lines += [f"Queries with an erroneous call ({error_set}) under detailed feedback — {counts}.", ""]
+    path = out / REPORT_FILE
+    path.write_text("\n".join(lines))
+    return path

@@ -1,0 +1,236 @@
+"""FamilyTool-v0 on the real data ($HOPGYM_DATA/familytool) with the real process sandbox."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import gymnasium as gym
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import hopgym  # noqa: F401 - registers the envs
+from hopgym.envs.familytool import FamilyToolEnv
+from hopgym.envs.familytool_metrics import aggregate_metrics
+from hopgym.errors import ConfigError, HopgymError
+from hopgym.sandbox import make_sandbox
+from hopgym.tasks.familytool import EXTRA_INFO_MARKER
+
+ALL_KG_METRICS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage")
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    with make_sandbox("process") as shared:
+        yield shared
+
+
+def tool_call(name, arguments, call_id="c1"):
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+
+
+def reply(*calls, kg_extraction=None):
+    message = {"role": "assistant", "content": None, "tool_calls": list(calls)}
+    if kg_extraction is not None:
+        message["kg_extraction"] = kg_extraction
+    return message
+
+
+def gold_search_text(task):
+    """KG.search lines that walk exactly the gold sub-KG: one per chain from a head that is no gold tail."""
+    tails = {tail for _, _, tail in task.gold_subkg}
+    following = collections.defaultdict(list)
+    for head, relation, tail in task.gold_subkg:
+        following[head].append((relation, tail))
+    lines = []
+
+    def walk(start, node, path):
+        if not following[node]:
+            lines.append(f"KG.search(start={start}, path=[{', '.join(path)}])")
+        for relation, tail in following[node]:
+            walk(start, tail, [*path, relation])
+
+    for start in dict.fromkeys(head for head, _, _ in task.gold_subkg if head not in tails):
+        walk(start, start, [])
+    return "\n".join(lines)
+
+
+def gold_reply(task, **extra):
+    return reply(tool_call(task.gold_call.name, dict(task.gold_call.arguments)), **extra)
+
+
+@pytest.mark.parametrize("variant", ["b", "e"])
+def test_gold_oracle_scores_100_on_every_metric(variant):
+    env = gym.make("FamilyTool-v0", variant=variant, kg="gold")
+    records = []
+    for index, task in enumerate(env.unwrapped.tasks):
+        env.reset(options={"index": index})
+        _, reward, terminated, _, info = env.step(gold_reply(task, kg_extraction=gold_search_text(task)))
+        assert terminated and reward == 1.0 and info["correct"], task.id
+        records.append({"metrics": info["metrics"]})
+    summary = aggregate_metrics(records)
+    assert summary["episodes"] == summary["kg_episodes"] == len(env.unwrapped.tasks)
+    for key in ("tool_em", "tool_acc", "value_acc", *ALL_KG_METRICS):
+        assert summary[key] == 1.0, key
+    assert summary["kg_format_error"] == 0.0
+    env.close()
+
+
+def test_deliberately_wrong_oracles_do_not_score_100():
+    env = gym.make("FamilyTool-v0", variant="e", kg="gold")
+    records = []
+    for index, task in enumerate(env.unwrapped.tasks[:40]):
+        env.reset(options={"index": index})
+        arguments = {key: "nothing_0000" for key in task.gold_call.arguments}
+        wrong_values = reply(tool_call(task.gold_call.name, arguments))
+        first_hop_only = f"KG.search(start={task.gold_subkg[0][0]}, path=[{task.gold_subkg[0][1]}])"
+        records.append({"metrics": env.step({**wrong_values, "kg_extraction": first_hop_only})[4]["metrics"]})
+    summary = aggregate_metrics(records)
+    assert summary["tool_acc"] == 1.0 and summary["tool_em"] == 0.0 and summary["value_acc"] == 0.0
+    assert summary["kg_em"] == 0.0 and summary["kg_coverage"] < 1.0 and 0 < summary["kg_f1"] < 1
+    env.close()
+
+
+def test_prompts_per_kg_mode():
+    by_mode = {}
+    for mode in ("gold", "none", "full"):
+        env = FamilyToolEnv(variant="e", kg=mode)
+        observation, info = env.reset(options={"task_id": "KGMTUbench_0"})
+        by_mode[mode] = observation["messages"][1]["content"]
+        assert [t["function"]["name"] for t in observation["tools"]] == info["candidate_tools"]
+        assert info["isolation"].startswith("none")
+        env.close()
+    assert "[Jack, father, William]" in by_mode["gold"]
+    assert (
+        by_mode["none"]
+        == "<speak>Speaker: Jack</speak> Show me a house at a spot my father's favorite pickup location."
+    )
+    assert EXTRA_INFO_MARKER not in by_mode["none"]
+    assert by_mode["full"].startswith(by_mode["none"]) and by_mode["full"].count("], [") == 491 - 1
+
+
+@pytest.mark.parametrize("mode", ["gold", "none", "full", "tools"])
+def test_check_env_passes(mode, sandbox):
+    env = FamilyToolEnv(variant="b", kg=mode, sandbox=sandbox)
+    check_env(env)
+    env.close()
+
+
+def test_without_kg_tools_the_first_reply_ends_the_episode():
+    env = FamilyToolEnv(variant="e", kg="none")
+    env.reset(options={"index": 0})
+    _, reward, terminated, _, info = env.step(
+        reply(tool_call("kg_search", {"start": "Jack", "path": ["father"]}))
+    )
+    assert terminated and reward == 0.0
+    assert info["calls"][0]["status"] == "tool_hallucination" and info["calls"][0]["executed"] is False
+    assert info["metrics"]["tool_acc"] == 0.0 and "kg_em" not in info["metrics"]
+    with pytest.raises(HopgymError, match="reset"):
+        env.step("done")
+    env.reset(options={"index": 0})
+    assert env.step("I cannot help.")[1:3] == (0.0, True)
+
+
+def test_tools_mode_runs_kg_tools_then_scores_the_candidate_call(sandbox):
+    env = FamilyToolEnv(variant="e", kg="tools", sandbox=sandbox, max_turns=4)
+    observation, info = env.reset(options={"task_id": "KGMTUbench_0"})
+    offered = [t["function"]["name"] for t in observation["tools"]]
+    assert "kg_search" in offered and "kg_prefer_pickup_location" in offered and "SearchHouse" in offered
+    assert info["isolation"] == sandbox.isolation
+    _, reward, terminated, truncated, info = env.step(reply(tool_call("kg_father", {"entity": "Jack"})))
+    assert (reward, terminated, truncated) == (0.0, False, False)
+    assert info["calls"][0]["status"] == "ok" and info["calls"][0]["feedback"] == '["William"]'
+    walk = reply(tool_call("kg_search", {"start": "William", "path": ["prefer_pickup_location"]}))
+    observation, _, _, _, info = env.step(walk)
+    assert "pickup_location_0007" in observation["messages"][-1]["content"]
+    _, _, _, _, info = env.step(reply(tool_call("kg_mother", {"person": "Jack"})))
+    assert info["calls"][0]["status"] == "parameter_hallucination"
+    final = reply(
+        tool_call("kg_father", {"entity": "Jack"}, "a"),
+        tool_call("SearchHouse", {"where_to": "pickup_location_0007"}, "b"),
+    )
+    _, reward, terminated, _, info = env.step(final)
+    assert terminated and reward == 1.0
+    assert [c["executed"] for c in info["calls"]] == [False, False]
+    assert info["answer"] == {"name": "SearchHouse", "arguments": {"where_to": "pickup_location_0007"}}
+
+
+def test_tools_mode_truncates_at_max_turns(sandbox):
+    env = FamilyToolEnv(variant="e", kg="tools", sandbox=sandbox, max_turns=2)
+    env.reset(options={"index": 3})
+    lookup = reply(tool_call("kg_father", {"entity": "Jack"}))
+    assert env.step(lookup)[2:4] == (False, False)
+    assert env.step(lookup)[2:4] == (False, True)
+
+
+def test_inductive_kg_changes_reach_tools_prompts_and_extraction(sandbox):
+    env = FamilyToolEnv(variant="e", kg="tools", sandbox=sandbox)
+    kg = env.unwrapped.kg
+    env.reset(options={"index": 0})
+    kg.add("Jack", "best_friend", "Zoe")  # during an episode: a new person and a never-seen relation
+    kg.add("Zoe", "prefer_pickup_location", "pickup_location_0042")
+    walk = reply(tool_call("kg_search", {"start": "Jack", "path": ["best_friend", "prefer_pickup_location"]}))
+    observation = env.step(walk)[0]
+    assert "pickup_location_0042" in observation["messages"][-1]["content"]
+    observation, _ = env.reset(options={"index": 0})  # between episodes: the new relation has its own tool
+    assert "kg_best_friend" in [t["function"]["name"] for t in observation["tools"]]
+    assert (
+        env.step(reply(tool_call("kg_best_friend", {"entity": "Jack"})))[0]["messages"][-1]["content"]
+        == '["Zoe"]'
+    )
+    kg.remove("Jack", "best_friend", "Zoe")
+    assert (
+        env.step(reply(tool_call("kg_best_friend", {"entity": "Jack"})))[0]["messages"][-1]["content"] == "[]"
+    )
+    kg.add("Jack", "best_friend", "Zoe")
+    full = FamilyToolEnv(variant="e", kg="full")
+    full.kg.add("Jack", "best_friend", "Zoe")
+    assert "[Jack, best_friend, Zoe]" in full.reset(options={"index": 0})[0]["messages"][1]["content"]
+    action = gold_reply(full.tasks[0], kg_extraction="KG.search(start=Jack, path=[best_friend])")
+    metrics = full.step(action)[4]["metrics"]
+    assert metrics["kg_no_hallucination"] == 1.0 and metrics["kg_f1"] == 0.0
+
+
+def test_extraction_metrics_through_the_env_for_a_made_up_relation():
+    env = FamilyToolEnv(variant="e", kg="gold")
+    task = env.reset(options={"task_id": "KGMTUbench_0"})[1]
+    text = "<think>KG.search(start=Jack, path=[father, favourite_pickup])</think>"
+    metrics = env.step(gold_reply(env.tasks[0], kg_extraction=text))[4]["metrics"]
+    out_degree = len(env.kg.out_edges("William"))  # greedy: the walked triple plus every edge of William
+    assert task["task_id"] == "KGMTUbench_0"
+    assert metrics["kg_f1"] == pytest.approx(2 * (2 / (out_degree + 1)) / (2 / (out_degree + 1) + 1))
+    assert (metrics["kg_no_hallucination"], metrics["kg_coverage"], metrics["kg_em"]) == (0.0, 1.0, 0.0)
+    env.reset(options={"task_id": "KGMTUbench_0"})
+    unknown_start = env.step(gold_reply(env.tasks[0], kg_extraction="KG.search(start=Nobody, path=[father])"))
+    assert unknown_start[4]["metrics"]["kg_format_error"] == 1.0
+    assert unknown_start[4]["metrics"]["kg_no_hallucination"] is None
+
+
+def test_retrieval_extraction_uses_the_injected_retriever():
+    asked = []
+
+    def retriever(relation, relations, k):
+        asked.append((relation, k))
+        return ["prefer_pickup_location"]
+
+    env = FamilyToolEnv(variant="e", kg="gold", extraction="retrieval", retriever=retriever, top_k=2)
+    env.reset(options={"task_id": "KGMTUbench_0"})
+    text = "KG.search(start=Jack, path=[father, favourite_pickup_spot])"
+    metrics = env.step(gold_reply(env.tasks[0], kg_extraction=text))[4]["metrics"]
+    assert asked == [("favourite_pickup_spot", 2)]
+    assert metrics["kg_em"] == 1.0 and metrics["kg_no_hallucination"] == 1.0
+
+
+def test_bad_options_name_the_valid_values():
+    with pytest.raises(ConfigError, match="gold, none, full, tools"):
+        FamilyToolEnv(kg="everything")
+    with pytest.raises(ConfigError, match="exact, greedy, retrieval"):
+        FamilyToolEnv(extraction="fuzzy")
+    with pytest.raises(ConfigError, match="variant"):
+        FamilyToolEnv(variant="x")
+    with pytest.raises(ConfigError, match="module:function"):
+        FamilyToolEnv(extraction="retrieval", retriever="no_such_module:f")
+    env = FamilyToolEnv(kg="gold")
+    env.reset(options={"index": 0})
+    with pytest.raises(ConfigError, match="kg_extraction"):
+        env.step({"role": "assistant", "content": "", "kg_extraction": ["Jack", "father"]})

@@ -1,0 +1,105 @@
+"""``hopgym report RUN... --out DIR`` on real ablation runs (scripted model server, real sandbox): the
+Markdown tables hold the hand-computed values, and the PNGs are valid images with labelled axes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from PIL import Image
+from test_ablate_scripted import FRAMEWORK_CORRECT, POLICIES, SCENARIO_CORRECT, TASKS, run_ablation
+
+from hopgym.agents.plots import grouped_bars
+from hopgym.agents.report import run_names
+from hopgym.cli import main
+from hopgym.errors import ConfigError
+
+PNGS = ("accuracy_by_hops", "accuracy_by_scenario", "accuracy_by_framework", "invocation_errors", "feedback_flips")
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("report-runs")
+    for name in POLICIES:
+        run_ablation(name, root / name)
+    return root
+
+
+def arms(root: Path, name: str) -> list[str]:
+    return sorted(str(path) for path in (root / name).iterdir() if (path / "episodes.jsonl").exists())
+
+
+def report(runs_: list[str], out: Path) -> str:
+    assert main(["report", *runs_, "--out", str(out)]) == 0
+    return (out / "report.md").read_text()
+
+
+def assert_labelled_png(path: Path, xlabel: str, ylabel: str) -> None:
+    """A PNG that decodes, carries its axis labels, and has ink where the labels are drawn."""
+    with Image.open(path) as image:
+        assert image.format == "PNG"
+        image.verify()
+    with Image.open(path) as image:
+        assert image.text["Description"] == f"x: {xlabel}; y: {ylabel}"
+        pixels = np.asarray(image.convert("L"))
+    height, width = pixels.shape
+    assert width >= 300 and height >= 200
+    left_margin = pixels[height // 4 : 3 * height // 4, : width // 25]  # the rotated y label
+    bottom_margin = pixels[-height // 20 :, width // 4 : 3 * width // 4]  # the x label
+    assert (left_margin < 128).any() and (bottom_margin < 128).any()
+
+
+def test_the_feedback_report_holds_table5_and_the_flip_plot(runs: Path, tmp_path: Path) -> None:
+    text = report(arms(runs, "feedback"), tmp_path)
+    assert "| w/ Feedback | 75.00 |" in text and "| w/o Feedback | 50.00 |" in text
+    assert "| ΔC→I | 50.00 |" in text and "| ΔI→C | 25.00 |" in text
+    assert "Not drawn: the runs do not differ in scenario." in text
+    assert_labelled_png(tmp_path / "feedback_flips.png", "Table 5 column", "share of queries with errors (%)")
+    assert "tool hallucination | 80.00 | 80.00 |" in text  # tasks 0-3 of 5 hallucinate a tool, in both modes
+
+
+def test_the_error_set_option_changes_which_queries_count(runs: Path, tmp_path: Path) -> None:
+    assert main(["report", *arms(runs, "feedback"), "--out", str(tmp_path), "--error-set", "failed"]) == 0
+    text = (tmp_path / "report.md").read_text()
+    assert "| w/ Feedback | 80.00 |" in text and "| ΔC→I | 60.00 |" in text and "| ΔI→C | 20.00 |" in text
+
+
+def test_scenario_and_framework_reports_hold_the_hand_computed_accuracies(runs: Path, tmp_path: Path) -> None:
+    text = report(arms(runs, "scenarios"), tmp_path / "scenarios")
+    expected = {s: 100 * len(c) / 3 for s, c in SCENARIO_CORRECT.items()}
+    for scenario, value in expected.items():
+        assert f"| {scenario} | {value:.2f} |" in text
+    assert_labelled_png(tmp_path / "scenarios" / "accuracy_by_scenario.png", "scenario", "answer correctness (%)")
+    # Accuracy by hop count: task i has TASKS[i].hops hops; each arm's runs sorted by name (direct, free, mandatory).
+    for index in range(3):
+        cells = " | ".join("100.00" if index in SCENARIO_CORRECT[s] else "0.00" for s in ("direct", "free", "mandatory"))
+        assert f"| {TASKS[index].hops} | {cells} |" in text
+    text = report(arms(runs, "frameworks"), tmp_path / "frameworks")
+    for agent, correct in FRAMEWORK_CORRECT.items():
+        assert f"| {agent} | {100 * len(correct) / 3:.2f} |" in text
+    assert_labelled_png(tmp_path / "frameworks" / "accuracy_by_framework.png", "framework (agent)", "answer correctness (%)")
+
+
+def test_a_report_over_every_run_draws_every_plot(runs: Path, tmp_path: Path) -> None:
+    everything = [arm for name in POLICIES for arm in arms(runs, name)]
+    text = report(everything, tmp_path)
+    assert "Not drawn" not in text
+    # Both fc·mandatory·detailed runs (the feedback and the scenario ablation's) pair with the minimal one.
+    assert "| Table 5 column | detailed vs minimal | mandatory vs minimal |" in text
+    assert "| w/ Feedback | 75.00 | – |" in text
+    for name in PNGS:
+        assert f"]({name}.png)" in text
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    assert_labelled_png(tmp_path / "accuracy_by_hops.png", "hops", "answer correctness (%)")
+    assert_labelled_png(tmp_path / "invocation_errors.png", "error type", "queries with the error (%)")
+
+
+def test_runs_with_one_folder_name_are_told_apart_by_their_parents(tmp_path: Path) -> None:
+    folders = [tmp_path / "a" / "run", tmp_path / "b" / "run", tmp_path / "c" / "other"]
+    assert run_names(folders) == ["a/run", "b/run", "c/other"]
+
+
+def test_a_bar_chart_refuses_mismatched_series(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="2 values for 3 categories"):
+        grouped_bars(tmp_path / "x.png", "t", "x", "y", ["a", "b", "c"], {"s": [1.0, 2.0]})
