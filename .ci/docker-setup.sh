@@ -40,3 +40,4 @@ fi
 
 make --silent .venv/.installed >/dev/null
 .venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host | tail -n 3
+docker image prune --force >/dev/null  # older builds of the image leave untagged layers behind

@@ -53,6 +53,7 @@ class KnowledgeGraph:
         self._out: Adjacency = {}
         self._in: Adjacency = {}
         self._relation_counts: dict[int, int] = {}
+        self._version = 0
         self.add_all(triples)
 
     # construction -------------------------------------------------------------------------------
@@ -134,12 +135,18 @@ class KnowledgeGraph:
         if key not in self._triples:
             raise KGError(f"cannot remove [{head!r}, {relation!r}, {tail!r}]: the graph does not hold it")
         del self._triples[key]
+        self._version += 1
         h, r, t = key
         self._unlink(self._out, h, r, t)
         self._unlink(self._in, t, r, h)
         self._relation_counts[r] -= 1
         if not self._relation_counts[r]:
             del self._relation_counts[r]
+
+    @property
+    def version(self) -> int:
+        """A counter that changes on every mutation: lets holders of a copy notice changes in O(1)."""
+        return self._version
 
     # listings -----------------------------------------------------------------------------------
 
@@ -308,6 +315,7 @@ class KnowledgeGraph:
     def _bulk_insert(self, triples: list[tuple[int, int, int]]) -> None:
         """Store and index triples the graph does not hold yet (the loop is kept tight for bulk loads)."""
         self._triples.update(dict.fromkeys(triples))
+        self._version += 1
         out, into, counts = self._out, self._in, self._relation_counts
         for h, r, t in triples:
             by_relation = out.get(h)

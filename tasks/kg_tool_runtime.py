@@ -2,11 +2,11 @@
 
 An episode's sources are the in-sandbox store (``kg_store_source.py``), one statement loading a snapshot of
 the graph, and the generated tool functions. The graph may change while it is used (FamilyTool's inductive
-setting): before each call the runtime compares the graph with the snapshot it shipped and, when they
-differ, loads the episode again with a fresh snapshot, so the next call sees the new triples. The check
-costs one pass over the triples; ``watch=False`` skips it for large graphs that do not change (call
-:meth:`KGToolRuntime.refresh` after changing one). With a preloading sandbox the store and a snapshot are
-already in every warm worker, and an episode ships only its tools (and the graph again only if it changed).
+setting): before each call the runtime compares the graph's version counter with the one it shipped and,
+when they differ, loads the episode again with a fresh snapshot, so the next call sees the new triples.
+``watch=False`` skips even that check (call :meth:`KGToolRuntime.refresh` after changing the graph).
+With a preloading sandbox the store and a snapshot are already in every warm worker, and an episode
+ships only its tools (and the graph again only if it changed).
 """
 
 from __future__ import annotations
@@ -59,15 +59,16 @@ class KGToolRuntime:
         sandbox: Sandbox,
         *,
         watch: bool = True,
-        preloaded: Sequence[Triple] | None = None,
+        preloaded_version: int | None = None,
     ) -> None:
         self.kg = kg
         self.sandbox = sandbox
         self.watch = watch
-        self._preloaded = None if preloaded is None else list(preloaded)
+        self._preloaded_version = preloaded_version
+        """The graph version the sandbox's warm workers already hold (None: they hold no store)."""
         self._owns_sandbox = False
         self._tools: tuple[GeneratedTool, ...] = ()
-        self._shipped: list[Triple] | None = None
+        self._shipped_version: int | None = None
         self._extra_sources: tuple[str, ...] = ()
 
     @classmethod
@@ -78,9 +79,8 @@ class KGToolRuntime:
         store and the graph as it is now before any episode; close it with :meth:`close`."""
         from hopgym.sandbox import make_sandbox
 
-        triples = list(kg)
-        sandbox = make_sandbox(backend, preload=[store_source(), snapshot_source(triples)], **options)
-        runtime = cls(kg, sandbox, watch=watch, preloaded=triples)
+        sandbox = make_sandbox(backend, preload=[store_source(), snapshot_source(list(kg))], **options)
+        runtime = cls(kg, sandbox, watch=watch, preloaded_version=kg.version)
         runtime._owns_sandbox = True
         return runtime
 
@@ -98,9 +98,9 @@ class KGToolRuntime:
 
     def refresh(self) -> bool:
         """Reload the episode if the graph changed since it was shipped; returns whether it did."""
-        if self._shipped is None:
+        if self._shipped_version is None:
             raise SandboxError("no KG tools are loaded: call load(tools) first")
-        if list(self.kg) == self._shipped:
+        if self.kg.version == self._shipped_version:
             return False
         self._ship()
         return True
@@ -109,7 +109,7 @@ class KGToolRuntime:
         """Run one loaded tool; with ``watch`` the graph's latest triples are used."""
         if self.watch:
             self.refresh()
-        elif self._shipped is None:
+        elif self._shipped_version is None:
             raise SandboxError("no KG tools are loaded: call load(tools) first")
         return self.sandbox.call(name, arguments, timeout=timeout)
 
@@ -119,12 +119,12 @@ class KGToolRuntime:
             self.sandbox.close()
 
     def _ship(self) -> LoadResult:
-        triples = list(self.kg)
+        version = self.kg.version
         own: list[str] = []
-        if self._preloaded is None:
+        if self._preloaded_version is None:
             own.append(store_source())
-        if triples != self._preloaded:
-            own.append(snapshot_source(triples))
+        if version != self._preloaded_version:
+            own.append(snapshot_source(list(self.kg)))
         own.append(module_source(self._tools))
         result = self.sandbox.load([*own, *self._extra_sources])
         missing = [name for name in self.tool_names if name not in result.functions]
@@ -133,5 +133,5 @@ class KGToolRuntime:
         if missing or kg_errors:
             reasons = kg_errors or [*result.errors, f"missing functions: {', '.join(missing[:5])} ..."]
             raise SandboxError(f"generated KG tools failed to load in the sandbox: {reasons}")
-        self._shipped = triples
+        self._shipped_version = version
         return result
