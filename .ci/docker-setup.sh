@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Prepares a real Docker engine and the hopgym sandbox image on a machine without an image registry
-# (this CI): installs Debian's docker.io and debootstrap, starts dockerd, builds a Debian base image
-# with python3 by debootstrap, then the project's image from the Dockerfile. Idempotent: each step is
-# skipped when its result is already there, and the image build reuses Docker's layer cache.
+# (this CI): installs Debian's docker.io, debootstrap and runsc (gVisor, registered as a runtime), starts
+# dockerd, builds a Debian base image with python3 by debootstrap, then the project's image from the
+# Dockerfile. Idempotent: each step is skipped when its result is already there, and the image build
+# reuses Docker's layer cache.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,9 +11,25 @@ BASE_IMAGE="${HOPGYM_BASE_IMAGE:-hopgym-base:bookworm}"
 DOCKERD_LOG="${HOPGYM_DOCKERD_LOG:-/tmp/hopgym-dockerd.log}"
 DEBIAN_MIRROR="${DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 
-if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null; then
+if ! command -v dockerd >/dev/null || ! command -v debootstrap >/dev/null || ! command -v runsc >/dev/null; then
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker.io debootstrap runsc >/dev/null
+fi
+
+# gVisor as the engine's "runsc" runtime (sandbox option runtime="runsc"); its own network stays off.
+python3 - <<'PY'
+import json, pathlib
+config = pathlib.Path("/etc/docker/daemon.json")
+settings = json.loads(config.read_text()) if config.exists() else {}
+wanted = {"path": "/usr/bin/runsc", "runtimeArgs": ["--network=none"]}
+if settings.get("runtimes", {}).get("runsc") != wanted:
+    settings.setdefault("runtimes", {})["runsc"] = wanted
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text(json.dumps(settings, indent=2) + "\n")
+PY
+if docker info >/dev/null 2>&1 && ! docker info --format '{{json .Runtimes}}' | grep -q '"runsc"'; then
+    kill -HUP "$(pidof dockerd)"  # a running engine reloads its runtimes
+    sleep 2
 fi
 
 if ! docker info >/dev/null 2>&1; then

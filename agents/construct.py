@@ -38,8 +38,8 @@ from hopgym.agents.model import ModelClient, Usage
 from hopgym.agents.runner import run_to_completion
 from hopgym.errors import ConfigError, DataError, ModelError
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.toolhop import read_rows
 from hopgym.tasks.tool_source import read_tool_source
+from hopgym.tasks.toolhop import read_rows
 
 STAGES = ("creation", "refinement", "generation")
 Check = Callable[[str], tuple[Any, list[str]]]

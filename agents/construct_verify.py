@@ -159,6 +159,8 @@ def check_signature(code: str, document: Mapping[str, Any]) -> list[str]:
         read_tool_source(code, f"the code of {name}")
     except DataError as exc:
         return [str(exc)]
+    except (ValueError, RecursionError, MemoryError) as exc:  # e.g. null bytes in the source
+        return [f"the code of {name} cannot be parsed: {type(exc).__name__}: {exc}"]
     node = _function_node(code, name)
     if node is None:
         return [f"the code defines no top-level function named {name!r}"]

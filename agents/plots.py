@@ -40,10 +40,14 @@ def grouped_bars(
     try:
         for offset, (label, values) in enumerate(series.items()):
             if len(values) != len(categories):
-                raise ConfigError(f"{title}: series {label!r} has {len(values)} values for {len(categories)} categories")
+                raise ConfigError(
+                    f"{title}: series {label!r} has {len(values)} values for {len(categories)} categories"
+                )
             shown = [(i, v) for i, v in enumerate(values) if v is not None]
             positions = [i - 0.4 + width * (offset + 0.5) for i, _ in shown]
-            bars = axes.bar(positions, [v for _, v in shown], width=width, label=label, color=f"C{offset % 10}")
+            bars = axes.bar(
+                positions, [v for _, v in shown], width=width, label=label, color=f"C{offset % 10}"
+            )
             axes.bar_label(bars, fmt="%.1f", fontsize=7)
         axes.set_xticks(range(len(categories)), [str(c) for c in categories])
         axes.set_title(title)

@@ -66,7 +66,10 @@ def load_run(folder: Path, name: str | None = None) -> Run:
         raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
     run_file = folder / RUN_FILE
     identity = json.loads(run_file.read_text()) if run_file.exists() else {}
-    env_kwargs = {**(_env_defaults(identity["env"]) if identity.get("env") else {}), **identity.get("env_kwargs", {})}
+    env_kwargs = {
+        **(_env_defaults(identity["env"]) if identity.get("env") else {}),
+        **identity.get("env_kwargs", {}),
+    }
     settings = {key: identity.get(key) for key in ("env", "model", "agent")}
     settings.update({key: value for key, value in env_kwargs.items() if _simple(value)})
     records = read_episodes(episodes)
@@ -112,7 +115,9 @@ def accuracy_by_setting(runs: Sequence[Run], key: str) -> tuple[list[str], Serie
 
 def accuracy_by_hops(runs: Sequence[Run]) -> tuple[list[str], Series]:
     hops = sorted({r["hops"] for run in runs for r in run.records if r.get("hops") is not None})
-    series = {run.name: [_accuracy([r for r in run.records if r.get("hops") == h]) for h in hops] for run in runs}
+    series = {
+        run.name: [_accuracy([r for r in run.records if r.get("hops") == h]) for h in hops] for run in runs
+    }
     return [str(h) for h in hops], series
 
 
@@ -123,7 +128,8 @@ def invocation_error_rates(runs: Sequence[Run]) -> tuple[list[str], Series]:
     for run in runs:
         metrics = table4_metrics(run.records)
         series[run.name] = [
-            None if metrics[f"{kind}_query"] is None else 100 * metrics[f"{kind}_query"] for kind in INVOCATION_ERROR_TYPES
+            None if metrics[f"{kind}_query"] is None else 100 * metrics[f"{kind}_query"]
+            for kind in INVOCATION_ERROR_TYPES
         ]
     return categories, series
 
@@ -148,7 +154,9 @@ def feedback_pairs(runs: Sequence[Run]) -> list[tuple[str, Run, Run]]:
 FLIP_COLUMNS = ("w/ Feedback", "w/o Feedback", "ΔC→I", "ΔI→C")
 
 
-def flip_rates(pairs: Sequence[tuple[str, Run, Run]], error_set: str) -> tuple[list[str], Series, dict[str, int]]:
+def flip_rates(
+    pairs: Sequence[tuple[str, Run, Run]], error_set: str
+) -> tuple[list[str], Series, dict[str, int]]:
     """Table 5 (percentages) per feedback pair, and the number of queries each is computed over."""
     series: Series = {}
     queries = {}
@@ -170,7 +178,12 @@ def series_table(first: str, categories: Sequence[str], series: Mapping[str, Seq
 
 
 def _section(
-    out: Path, heading: str, png: str, axis: tuple[str, str], data: tuple[list[str], Series] | None, why_not: str
+    out: Path,
+    heading: str,
+    png: str,
+    axis: tuple[str, str],
+    data: tuple[list[str], Series] | None,
+    why_not: str,
 ) -> list[str]:
     lines = [f"## {heading}", ""]
     if data is None:

@@ -122,7 +122,10 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
         if other:
             raise ConfigError(f"{data_path} holds tasks over {other}, not kg={kg!r}; pass kg={other[0]!r}")
         wanted = set(parse_patterns(patterns))
-        return [task for task in tasks if task.pattern in wanted]
+        kept = [task for task in tasks if task.pattern in wanted]
+        if not kept:
+            raise ConfigError(f"{data_path} holds no task of the patterns {sorted(wanted)}")
+        return kept
 
     # -- episode -----------------------------------------------------------------------------------
 

@@ -1,8 +1,9 @@
 """Scoring a KG2Tool final answer: a set of entity names against the gold set of entity ids.
 
-The agent answers with names (one per line, or a JSON list of strings); the gold answers are entity ids
-(Freebase mids for FB15k-237, names for the family KG). A name shared by several entities counts for any of
-them, so the comparison runs on names: reward 1.0 exactly when the named set equals the set of the gold
+The agent answers with names (one per line, or a JSON list of strings; the env also accepts the entity ids
+its tools return, turning each into its name); the gold answers are entity ids (Freebase mids for
+FB15k-237, names for the family KG). A name shared by several entities counts for any of them, so the
+comparison runs on names: reward 1.0 exactly when the named set equals the set of the gold
 answers' names. Precision is over the distinct names given, recall over the gold entities (an entity is
 found when its name was given), F1 their harmonic mean; ``hits@1`` says whether the first name given is a
 gold answer's name.

@@ -43,7 +43,12 @@ def test_invocation_errors_select_five_queries_and_the_deltas_are_shares_of_them
     flips = feedback_flips(DETAILED, MINIMAL)
     assert (flips.queries, flips.correct_with, flips.correct_without) == (5, 3, 2)
     assert (flips.correct_to_incorrect, flips.incorrect_to_correct, flips.unpaired) == (2, 1, 2)
-    assert flips.table5() == {"with_feedback": 0.6, "without_feedback": 0.4, "delta_c_to_i": 0.4, "delta_i_to_c": 0.2}
+    assert flips.table5() == {
+        "with_feedback": 0.6,
+        "without_feedback": 0.4,
+        "delta_c_to_i": 0.4,
+        "delta_i_to_c": 0.2,
+    }
     rates = flips.table5()
     assert rates["with_feedback"] - rates["without_feedback"] == pytest.approx(
         rates["delta_c_to_i"] - rates["delta_i_to_c"]

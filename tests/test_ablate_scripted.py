@@ -73,7 +73,11 @@ def scenario_policy(request: dict[str, Any]) -> ScriptedReply:
     return ScriptedReply(content=answer(index, index in SCENARIO_CORRECT[scenario]))
 
 
-POLICIES = {"feedback": (feedback_policy, 5), "frameworks": (framework_policy, 3), "scenarios": (scenario_policy, 3)}
+POLICIES = {
+    "feedback": (feedback_policy, 5),
+    "frameworks": (framework_policy, 3),
+    "scenarios": (scenario_policy, 3),
+}
 
 
 def run_ablation(name: str, out: Path, *extra: str) -> list[dict[str, Any]]:
@@ -101,13 +105,17 @@ def records(folder: Path) -> dict[int, dict[str, Any]]:
     return {record["index"]: record for record in map(json.loads, lines)}
 
 
-def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_computed_row(ablation_runs: Path) -> None:
+def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_computed_row(
+    ablation_runs: Path,
+) -> None:
     out = ablation_runs / "feedback"
     for mode, position in (("detailed", 0), ("minimal", 1)):
         run = json.loads((out / mode / "run.json").read_text())
         assert run["env_kwargs"] == {"scenario": "mandatory", "feedback": mode}
         by_index = records(out / mode)
-        assert {i: r["correct"] for i, r in by_index.items()} == {i: o[position] for i, o in FEEDBACK_OUTCOMES.items()}
+        assert {i: r["correct"] for i, r in by_index.items()} == {
+            i: o[position] for i, o in FEEDBACK_OUTCOMES.items()
+        }
         assert all(by_index[i]["calls"][0]["status"] == "tool_hallucination" for i in range(4))
         assert by_index[4]["calls"][0]["status"] == "invalid_arguments"
     table = (out / "ablation.md").read_text()
@@ -133,7 +141,9 @@ def test_scenarios_ablation_puts_the_three_scenarios_side_by_side(ablation_runs:
     assert all(record["calls"] == [] for record in direct.values())
 
 
-def test_an_ablation_refuses_the_setting_it_varies(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_ablation_refuses_the_setting_it_varies(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     for name, flag, value in (("feedback", "--feedback", "minimal"), ("frameworks", "--agent", "react")):
         code = main(["ablate", name, "--model", "openai/x", flag, value, "--out", str(tmp_path)])
         assert code == 2 and f"varies {flag}" in capsys.readouterr().err

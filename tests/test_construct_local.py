@@ -68,8 +68,10 @@ def test_local_model_construction_completes_and_reports_honest_stage_rates(
             tool_passed = len(stages) == len(STAGES) and all(s["passed"] for s in stages)
             assert tool_passed or position == len(tools) - 1
             assert all(s["passed"] for s in stages[:-1])
-        assert detail["passed"] == (len(tools) == len(row.sub_tasks) and all(
-            all(s["passed"] for s in t["stages"]) and len(t["stages"]) == 3 for t in tools))
+        assert detail["passed"] == (
+            len(tools) == len(row.sub_tasks)
+            and all(all(s["passed"] for s in t["stages"]) and len(t["stages"]) == 3 for t in tools)
+        )
 
     for stage, records in stage_records.items():
         passed = [r for r in records if r["passed"]]

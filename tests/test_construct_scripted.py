@@ -48,7 +48,12 @@ ROWS = [
         "answer": "South Shields",
         "sub_tasks": [[q, HOPS[q][3]] for q in list(HOPS)[3:5]],
     },
-    {"id": "atlantis", "question": "What is the capital of Atlantis?", "answer": "Poseidonia", "sub_tasks": [["What is the capital of Atlantis?", "Poseidonia"]]},
+    {
+        "id": "atlantis",
+        "question": "What is the capital of Atlantis?",
+        "answer": "Poseidonia",
+        "sub_tasks": [["What is the capital of Atlantis?", "Poseidonia"]],
+    },
 ]
 BROKEN_FIRST = "birth_year_lookup"
 """Its first code attempt crashes on invalid input (KeyError) instead of returning an error."""
@@ -62,7 +67,11 @@ def document(name: str, parameter: str, value: Any, refined: bool) -> dict[str, 
     kind = "integer" if isinstance(value, int) else "string"
     properties: dict[str, Any] = {parameter: {"type": kind, "description": f"The {parameter}."}}
     if refined:
-        properties["output_format"] = {"type": "string", "enum": ["text", "json"], "description": "Output form."}
+        properties["output_format"] = {
+            "type": "string",
+            "enum": ["text", "json"],
+            "description": "Output form.",
+        }
     return {
         "name": name,
         "description": f"Looks up {name.replace('_', ' ')}." + (" Text or JSON output." if refined else ""),
@@ -71,13 +80,23 @@ def document(name: str, parameter: str, value: Any, refined: bool) -> dict[str, 
 
 
 def code(name: str, parameter: str, value: Any, answer: str, broken: bool) -> str:
-    result = "'nothing'" if name == UNSOLVABLE else f"known[{parameter}]" if broken else f"known.get({parameter}, 'unknown')"
+    result = (
+        "'nothing'"
+        if name == UNSOLVABLE
+        else f"known[{parameter}]"
+        if broken
+        else f"known.get({parameter}, 'unknown')"
+    )
     check = "isinstance({p}, int)" if isinstance(value, int) else "isinstance({p}, str) and {p}.strip()"
-    guard = "" if broken else f"""
+    guard = (
+        ""
+        if broken
+        else f"""
     if not ({check.format(p=parameter)}):
         return {{'error': '{parameter} must be a valid, non-empty value'}}
     if output_format not in ('text', 'json'):
         return {{'error': "output_format must be 'text' or 'json'"}}"""
+    )
     return f"""def {name}({parameter}, output_format='text'):
     # A simulated lookup table.
     known = {{{value!r}: {answer!r}}}{guard}
@@ -105,7 +124,10 @@ def constructing_model(request: dict[str, Any]) -> ScriptedReply:
     elif prompt.startswith("Improve the tool document"):
         tool = json.loads(prompt.split("**Tool**:", 1)[1])
         _, parameter, value, _ = next(hop for hop in HOPS.values() if hop[0] == tool["name"])
-        reply = {"analysis": "adds a format", "refined_version": document(tool["name"], parameter, value, refined=True)}
+        reply = {
+            "analysis": "adds a format",
+            "refined_version": document(tool["name"], parameter, value, refined=True),
+        }
     else:
         question = field(prompt, "Question")
         name, parameter, value, answer = HOPS[question]
@@ -119,7 +141,9 @@ def constructing_model(request: dict[str, Any]) -> ScriptedReply:
 
 
 @pytest.fixture(scope="module")
-def constructed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
+def constructed(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     folder = tmp_path_factory.mktemp("construct")
     queries = folder / "queries.jsonl"
     queries.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
@@ -136,7 +160,9 @@ def constructed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[st
 
 def test_a_broken_first_code_attempt_is_retried_with_its_failure(constructed) -> None:
     _, report, requests = constructed
-    retries = [r for r in requests if len(r["messages"]) == 3 and r["messages"][0]["content"].startswith("Write")]
+    retries = [
+        r for r in requests if len(r["messages"]) == 3 and r["messages"][0]["content"].startswith("Write")
+    ]
     broken = [r for r in retries if "birth_year_lookup" in r["messages"][0]["content"]]
     assert len(broken) == 1
     failure = broken[0]["messages"][2]["content"]
@@ -154,14 +180,19 @@ def test_the_report_counts_every_stage_and_attempt(constructed) -> None:
     _, report, requests = constructed
     assert report["rows"] == 3 and report["rows_passed"] == 2 and report["tools_passed"] == 5
     stages = report["stages"]
-    assert stages["creation"] == {"reached": 6, "passed": 6, "pass_rate": 1.0, "passed_at_attempt": {"1": 5, "2": 1}}
+    assert stages["creation"] == {
+        "reached": 6,
+        "passed": 6,
+        "pass_rate": 1.0,
+        "passed_at_attempt": {"1": 5, "2": 1},
+    }
     assert stages["refinement"]["passed_at_attempt"] == {"1": 6}
     assert stages["generation"]["reached"] == 6 and stages["generation"]["passed"] == 5
     assert stages["generation"]["passed_at_attempt"] == {"1": 4, "2": 1}
     unsolvable = report["details"][2]["tools"][0]["stages"][2]
     assert not unsolvable["passed"] and unsolvable["attempts"] == 2
     assert "does not contain the answer 'Poseidonia'" in unsolvable["failures"][-1][0]
-    # 6 creations + 1 retry, 6 refinements, 6 generations + 1 retry of the broken one + 1 of the unsolvable one
+    # 6 creations + 1 retry, 6 refinements, 6 generations + 1 retry each for the broken and the unsolvable
     assert len(requests) == 21 and report["usage"]["requests"] == 21
 
 
@@ -172,7 +203,9 @@ def test_only_verified_rows_are_written_and_every_tool_passes_verification_again
     with make_sandbox("process") as sandbox:
         for row in dataset:
             assert set(row) >= {"question", "answer", "sub_task", "tools", "functions"}
-            for (question, answer), source, call in zip(row["sub_task"].items(), row["functions"], row["gold_calls"], strict=True):
+            for (question, answer), source, call in zip(
+                row["sub_task"].items(), row["functions"], row["gold_calls"], strict=True
+            ):
                 document_ = row["tools"][question]
                 assert check_signature(source, document_) == []
                 gold, failures = parse_proposed_call(call, source, document_)
@@ -191,8 +224,14 @@ def test_the_dataset_runs_in_toolhop_and_an_oracle_solves_it(constructed) -> Non
             assert info["load_errors"] == []
             last = ""
             for turn, gold in enumerate(task.gold_calls):
-                call = {"id": f"c{turn}", "type": "function", "function": {"name": gold.name, "arguments": json.dumps(gold.arguments)}}
-                observation, _, _, _, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
+                call = {
+                    "id": f"c{turn}",
+                    "type": "function",
+                    "function": {"name": gold.name, "arguments": json.dumps(gold.arguments)},
+                }
+                observation, _, _, _, info = env.step(
+                    {"role": "assistant", "content": "", "tool_calls": [call]}
+                )
                 assert info["calls"][0]["status"] == "ok"
                 last = observation["messages"][-1]["content"]
             _, reward, terminated, _, info = env.step(f"The answer is {last}.")

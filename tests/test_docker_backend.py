@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -248,3 +249,18 @@ def test_bad_options_are_config_errors(api: Any) -> None:
         make_sandbox("docker", policy="lenient")
     with pytest.raises(ConfigError, match="spares"):
         make_sandbox("docker", spares=-1)
+
+
+def test_gvisor_runtime_runs_the_worker_under_its_own_kernel(api: Any) -> None:
+    if "runsc" not in api.info()["Runtimes"]:
+        missing = "gVisor's runsc is not registered with the Docker engine (.ci/docker-setup.sh does it)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(missing)
+        pytest.skip(missing)
+    with make_sandbox("docker", runtime="runsc", spares=0) as box:
+        assert box.isolation == "docker[runsc]+seccomp+rlimits"
+        assert box.worker_info["uid"] == 10001 and box.worker_info["seccomp"] is True
+        box.load(["def kernel():\n    return open('/proc/version').read()\n"])
+        host_kernel = Path("/proc/version").read_text()
+        guest_kernel = box.call("kernel", {}).value
+        assert guest_kernel != host_kernel and guest_kernel.startswith("Linux version")

@@ -134,8 +134,9 @@ def test_max_turns_truncates(sandbox):
 
 
 def test_check_env_passes(sandbox):
-    env = gym.make("KGTool-v0", kg="fb15k-237", patterns="1p,2in", n=3, seed=2, sandbox=sandbox)
-    check_env(env.unwrapped)
+    # Built directly: with a spec, check_env would deep-copy the kwargs to remake it, live sandbox included.
+    env = KGToolEnv(kg="fb15k-237", patterns="1p,2in", n=3, seed=2, sandbox=sandbox)
+    check_env(env)
     env.close()
 
 

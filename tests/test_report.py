@@ -15,7 +15,13 @@ from hopgym.agents.report import run_names
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 
-PNGS = ("accuracy_by_hops", "accuracy_by_scenario", "accuracy_by_framework", "invocation_errors", "feedback_flips")
+PNGS = (
+    "accuracy_by_hops",
+    "accuracy_by_scenario",
+    "accuracy_by_framework",
+    "invocation_errors",
+    "feedback_flips",
+)
 
 
 @pytest.fixture(scope="module")
@@ -70,15 +76,21 @@ def test_scenario_and_framework_reports_hold_the_hand_computed_accuracies(runs: 
     expected = {s: 100 * len(c) / 3 for s, c in SCENARIO_CORRECT.items()}
     for scenario, value in expected.items():
         assert f"| {scenario} | {value:.2f} |" in text
-    assert_labelled_png(tmp_path / "scenarios" / "accuracy_by_scenario.png", "scenario", "answer correctness (%)")
-    # Accuracy by hop count: task i has TASKS[i].hops hops; each arm's runs sorted by name (direct, free, mandatory).
+    assert_labelled_png(
+        tmp_path / "scenarios" / "accuracy_by_scenario.png", "scenario", "answer correctness (%)"
+    )
+    # Accuracy by hop count: task i has TASKS[i].hops hops; columns are the arms sorted by name.
     for index in range(3):
-        cells = " | ".join("100.00" if index in SCENARIO_CORRECT[s] else "0.00" for s in ("direct", "free", "mandatory"))
+        cells = " | ".join(
+            "100.00" if index in SCENARIO_CORRECT[s] else "0.00" for s in ("direct", "free", "mandatory")
+        )
         assert f"| {TASKS[index].hops} | {cells} |" in text
     text = report(arms(runs, "frameworks"), tmp_path / "frameworks")
     for agent, correct in FRAMEWORK_CORRECT.items():
         assert f"| {agent} | {100 * len(correct) / 3:.2f} |" in text
-    assert_labelled_png(tmp_path / "frameworks" / "accuracy_by_framework.png", "framework (agent)", "answer correctness (%)")
+    assert_labelled_png(
+        tmp_path / "frameworks" / "accuracy_by_framework.png", "framework (agent)", "answer correctness (%)"
+    )
 
 
 def test_a_report_over_every_run_draws_every_plot(runs: Path, tmp_path: Path) -> None:

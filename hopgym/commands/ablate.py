@@ -35,8 +35,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
             parents=[parent],
             conflict_handler="resolve",
             help=f"runs the arms {arms}",
-            description=f"Runs hopgym eval once per value of {ablation.setting} ({arms}) into OUT/<value> and "
-            f"writes OUT/ablation.md. Takes hopgym eval's options except {_VARIED_FLAG[name]}.",
+            description=f"Runs hopgym eval once per value of {ablation.setting} ({arms}) into "
+            f"OUT/<value> and writes OUT/ablation.md. Takes hopgym eval's options except "
+            f"{_VARIED_FLAG[name]}.",
         )
         sub.set_defaults(func=run, agent=None)
         if name == "feedback":
@@ -44,7 +45,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                 "--error-set",
                 choices=ERROR_SETS,
                 default="invocation",
-                help="which calls make a query count for Table 5: invocation errors (default) or any failed call",
+                help="which calls make a query count for Table 5: invocation errors (default) "
+                "or any failed call",
             )
 
 
@@ -61,9 +63,7 @@ def run(args: argparse.Namespace) -> int:
     with eval_command._model_endpoint(args) as endpoint:
         base = EvalConfig(
             out=out,
-            model=ModelConfig(
-                **endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries
-            ),
+            model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
             env_id=args.env,
             env_kwargs=eval_command._env_kwargs(args),
             agent=args.agent or "fc",

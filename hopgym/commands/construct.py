@@ -12,10 +12,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "construct",
         help="query-driven tool construction: documents, refinement and verified code per sub-question",
-        description="Reads rows with a question, its answer and ordered sub_tasks ([sub-question, sub-answer] "
-        "pairs; a ToolHop file works too), asks the model for each hop's tool document, refined document and "
-        "code, verifies the code in the sandbox (retrying with the failure), and writes the verified rows to "
-        "OUT as an official-format ToolHop JSON list and the per-stage report to OUT with suffix .report.json.",
+        description="Reads rows with a question, its answer and ordered sub_tasks ([sub-question, "
+        "sub-answer] pairs; a ToolHop file works too), asks the model for each hop's tool document, refined "
+        "document and code, verifies the code in the sandbox (retrying with the failure), and writes the "
+        "verified rows to OUT as an official-format ToolHop JSON list and the per-stage report to OUT with "
+        "suffix .report.json.",
     )
     parser.add_argument("--input", required=True, type=Path, help="JSONL or JSON list of query rows")
     parser.add_argument(
@@ -31,7 +32,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
     parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
+    parser.add_argument(
+        "--timeout", type=float, help="seconds per model request (default: as for hopgym eval)"
+    )
     parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
@@ -61,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": endpoint.get("max_tokens"),
             "sandbox": sandbox.isolation,
         }
-        config = ModelConfig(**endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries)
+        config = ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries)
         client = ModelClient(config)
         constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)
         report = construct_dataset(rows, constructor, args.out, settings, progress=not args.no_progress)

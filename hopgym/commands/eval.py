@@ -12,8 +12,12 @@ from typing import Any
 
 from hopgym.errors import ConfigError
 
+DEFAULT_TIMEOUT = 120.0
 DEFAULT_LOCAL_MAX_TOKENS = 512
 """The embedded 135M model can ramble until its context is full; cap its replies unless told otherwise."""
+DEFAULT_LOCAL_TIMEOUT = 600.0
+"""llama-cpp's server answers one request at a time and keeps generating for a client that gave up, so a
+short timeout only queues retries behind the abandoned request on a busy CPU."""
 
 
 def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
@@ -58,7 +62,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
     parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
-    parser.add_argument("--timeout", type=float, default=120.0, help="seconds per model request")
+    parser.add_argument(
+        "--timeout", type=float, help="seconds per model request (default: 120; 600 for the local model)"
+    )
     parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
@@ -86,6 +92,7 @@ def _model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "api_base": args.api_base,
             "api_key": args.api_key,
             "max_tokens": args.max_tokens,
+            "timeout": args.timeout or DEFAULT_TIMEOUT,
         }
         return
     from hopgym.agents.local_server import TOOL_CHOICE_SUBSTITUTES, local_model_string, local_server
@@ -96,6 +103,7 @@ def _model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "api_base": server.api_base,
             "api_key": "sk-local",
             "max_tokens": args.max_tokens or DEFAULT_LOCAL_MAX_TOKENS,
+            "timeout": args.timeout or DEFAULT_LOCAL_TIMEOUT,
             "tool_choice_substitutes": TOOL_CHOICE_SUBSTITUTES,
         }
 
@@ -109,9 +117,7 @@ def run(args: argparse.Namespace) -> int:
     with _model_endpoint(args) as endpoint:
         config = EvalConfig(
             out=Path(args.out) if args.out else _default_out(args),
-            model=ModelConfig(
-                **endpoint, temperature=args.temperature, timeout=args.timeout, max_retries=args.max_retries
-            ),
+            model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
             env_id=args.env,
             env_kwargs=_env_kwargs(args),
             agent=args.agent,

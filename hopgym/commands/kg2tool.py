@@ -125,6 +125,9 @@ def run_export(args: argparse.Namespace) -> int:
         raise DataError(f"{args.tasks} mixes tasks over several KGs ({kgs}); export one KG at a time")
     source = load_kg_source(kgs[0], args.data)
     documents = {tool.name: tool.openai_schema()["function"] for tool in source.tools}
+    unknown = sorted({name for task in tasks for name in task.tool_names} - set(documents))
+    if unknown:
+        raise DataError(f"{args.tasks} calls tools that {kgs[0]} does not generate: {unknown[:5]}")
 
     def tools_for(task):  # the tools listed in the system prompt
         return [

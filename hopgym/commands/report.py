@@ -13,7 +13,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser("report", help="print the summaries of run folders side by side")
     parser.add_argument("runs", nargs="+", type=Path, help="run folders written by hopgym eval")
     parser.add_argument(
-        "--out", type=Path, help="also write DIR/report.md with PNG plots (needs the 'report' extra: matplotlib)"
+        "--out",
+        type=Path,
+        help="also write DIR/report.md with PNG plots (needs the 'report' extra: matplotlib)",
     )
     parser.add_argument(
         "--error-set",

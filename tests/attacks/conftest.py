@@ -23,6 +23,7 @@ BACKENDS = [
     pytest.param(("process", {"isolation": "bwrap"}), id="process-bwrap"),
     pytest.param(("process", {"isolation": "namespaces"}), id="process-namespaces"),
     pytest.param(("docker", {}), id="docker"),
+    pytest.param(("docker", {"runtime": "runsc"}), id="docker-gvisor"),
 ]
 """Every backend the attacks run against; the docker backend adds itself here."""
 
