@@ -15,7 +15,8 @@ Three modes, each in two readings (``official`` by default, so numbers compare w
   retriever and the cartesian product of the candidates is walked, deduplicated by end entity, never marked
   bad. Official quirk kept in the official reading: a hop is tried only when the *start* entity has that
   relation, and a hop that cannot be taken is skipped (so the walk can end on the wrong entity). Paper
-  reading: hops are checked at the current node and paths that cannot be walked to the end are dropped.
+  reading: hops are checked at the current node, paths that cannot be walked to the end are dropped, and
+  the result is bad only when none is left.
 
 The output is rendered as the official code renders it: one ``([[h, r, t], ...])`` group per extracted path,
 each followed by the call's marker (``<bad_extract>`` or nothing); ``""`` when no call yields anything,
@@ -267,7 +268,7 @@ def _retrieval(kg: KnowledgeGraph, start: str, candidates: list[tuple[str, ...]]
     by_end: dict[str, tuple[Triple, ...]] = {}
     for path in paths:
         by_end.setdefault(path[-1][2], path)
-    return list(by_end.values()), False
+    return list(by_end.values()), reading == "paper" and not by_end
 
 
 def _walks(kg: KnowledgeGraph, start: str, hops: Sequence[Sequence[str] | None]) -> list[tuple[Triple, ...]]:

@@ -70,7 +70,7 @@ def local_server(
     model_path = find_local_model()
     port = port or free_port()
     return ServerProcess(
-        "llama-cpp server",
+        "llama-cpp-server",
         local_server_command(model_path, port, n_ctx, threads),
         api_base=f"http://127.0.0.1:{port}/v1",
         startup_timeout=startup_timeout,

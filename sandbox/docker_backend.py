@@ -62,6 +62,13 @@ def _docker():
 # ------------------------------------------------------------------------------------------------- engine
 
 
+def _engine_errors() -> tuple[type[Exception], ...]:
+    """What a failing engine or its connection raises through the SDK."""
+    import requests
+
+    return (_docker().errors.DockerException, requests.RequestException, OSError)
+
+
 def connect_engine() -> Any:
     """A low-level client of the engine that ``DOCKER_HOST`` (default: the local socket) names."""
     docker = _docker()
@@ -97,7 +104,8 @@ def require_runtime(api: Any, runtime: str | None) -> None:
     available = sorted(api.info().get("Runtimes", {}))
     if runtime not in available:
         hint = (
-            " (gVisor: install runsc, e.g. `apt-get install runsc`, then `runsc install` and restart dockerd)"
+            ' (gVisor: install runsc, e.g. `apt-get install runsc`, register it under "runtimes" in '
+            "/etc/docker/daemon.json and reload dockerd; .ci/docker-setup.sh shows how)"
             if runtime == "runsc"
             else ""
         )
@@ -122,13 +130,12 @@ class ProcessIdentity:
     def of(cls, pid: int) -> ProcessIdentity | None:
         """The identity of a running process, or None when it is gone (or cannot be inspected)."""
         try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
             namespace = os.readlink(f"/proc/{pid}/ns/pid")
             boot_id = Path("/proc/sys/kernel/random/boot_id").read_text().strip()
         except OSError:
             return None
-        start_ticks = int(stat[stat.rindex(")") + 2 :].split()[19])
-        return cls(boot_id, namespace, pid, start_ticks)
+        start_ticks = _start_ticks(pid)
+        return None if start_ticks is None else cls(boot_id, namespace, pid, start_ticks)
 
     @classmethod
     def parse(cls, label: str) -> ProcessIdentity | None:
@@ -154,7 +161,16 @@ def owner_is_gone(label: str, me: ProcessIdentity) -> bool:
     owner = ProcessIdentity.parse(label)
     if owner is None or (owner.boot_id, owner.pid_namespace) != (me.boot_id, me.pid_namespace):
         return False
-    return ProcessIdentity.of(owner.pid) != owner
+    return _start_ticks(owner.pid) != owner.start_ticks
+
+
+def _start_ticks(pid: int) -> int | None:
+    """When the process started (clock ticks since boot), from its world-readable stat; None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat[stat.rindex(")") + 2 :].split()[19])
 
 
 def reap_stale_containers(api: Any) -> list[str]:
@@ -188,7 +204,9 @@ def _remove_container(api: Any, container_id: str) -> None:
         pass
     except docker.errors.APIError as exc:
         if exc.status_code != 409:  # 409: removal already in progress
-            raise
+            raise SandboxError(
+                f"the Docker engine could not remove container {container_id[:12]}: {exc}"
+            ) from exc
     _REGISTRY.forget(container_id)
 
 
@@ -340,7 +358,6 @@ class DockerLauncher(Launcher):
         self._pending: set[Future] = set()
 
     def start(self) -> WorkerHandle:
-        docker = _docker()
         try:
             container_id = _REGISTRY.create(
                 self._api,
@@ -352,8 +369,9 @@ class DockerLauncher(Launcher):
                 host_config=self._host_config,
                 name=f"hopgym-sandbox-{uuid.uuid4().hex[:12]}",
             )
-        except docker.errors.APIError as exc:
+        except _engine_errors() as exc:
             raise SandboxError(f"the Docker engine could not create a sandbox container: {exc}") from exc
+        relay = None
         try:
             attached = self._api.attach_socket(
                 container_id, params={"stdin": 1, "stdout": 1, "stderr": 1, "stream": 1}
@@ -364,7 +382,10 @@ class DockerLauncher(Launcher):
             )  # calls have their own deadlines; the client's timeout must not end the relay
             relay = _AttachRelay(sock)
             self._api.start(container_id)
-        except docker.errors.APIError as exc:
+        except _engine_errors() as exc:
+            if relay is not None:
+                relay.close()
+                relay.reader.close()
             _remove_container(self._api, container_id)
             raise SandboxError(f"the Docker engine could not start a sandbox container: {exc}") from exc
         connection = WorkerConnection(relay.reader, _SocketWriter(sock))
@@ -384,7 +405,7 @@ class DockerLauncher(Launcher):
 
     def close(self) -> None:
         """Wait until every dropped container is removed."""
-        wait(list(self._pending))
+        wait(self._pending.copy())
         self._removals.shutdown(wait=True)
 
     def _dropper(
@@ -416,7 +437,7 @@ class DockerLauncher(Launcher):
                 return known[0] if known else None
             try:
                 state = self._api.inspect_container(container_id)["State"]
-            except _docker().errors.NotFound:
+            except _engine_errors():  # gone already, or the engine failed: the exit code is unknown
                 return None
             if state.get("Running"):
                 return None

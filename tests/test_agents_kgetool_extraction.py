@@ -104,6 +104,9 @@ def test_retrieval_official_quirk_checks_hops_at_the_start_entity(kg):
         (("Bob", "father", "Jack"), ("Jack", "wife", "Alice")),
     )
     assert run(text, kg, "greedy").paths == ((("Bob", "father", "Jack"), ("Jack", "wife", "Alice")),)
+    # Nothing walkable: officially nothing at all (a format error if alone), in the paper's reading bad.
+    assert run('KG.search(start="Bob", path=["wife"])', kg, "retrieval").text == ""
+    assert run('KG.search(start="Bob", path=["wife"])', kg, "retrieval", "paper").text == BAD_EXTRACT
 
 
 @pytest.mark.parametrize("mode", MODES)

@@ -168,6 +168,17 @@ def test_a_memory_bomb_is_a_resource_limit(api: Any) -> None:
         assert box.call("bomb", {}).status == "resource_limit"
 
 
+def test_restricted_policy_runs_in_the_container(api: Any) -> None:
+    with make_sandbox("docker", policy="restricted", spares=0) as box:
+        assert box.isolation == "docker+seccomp+rlimits+restricted"
+        box.load(
+            ["def total(values):\n    out = {'sum': 0}\n    out['sum'] += sum(values)\n    return out\n"]
+        )
+        assert box.call("total", {"values": [1, 2, 3]}).value == {"sum": 6}
+        box.load(["def peek():\n    return ().__class__.__base__.__subclasses__()\n"])
+        assert box.call("peek", {}).status == "error"
+
+
 def test_close_removes_every_container(api: Any) -> None:
     others = {c["Id"] for c in my_containers(api)}  # the module's sandbox is still open
     box = make_sandbox("docker", spares=2)
@@ -204,7 +215,7 @@ def test_containers_of_a_sigkilled_host_are_gone_once_hopgym_starts_again(api: A
     holder.send_signal(signal.SIGKILL)
     holder.wait()
     # Its attach connections dropped: the containers' stdin closed and their workers exit by themselves.
-    assert wait_until(lambda: all(c["State"] != "running" for c in list_sandbox_containers(api, owner)))
+    assert wait_until(lambda: all(c["State"] != "running" for c in list_sandbox_containers(api, owner)), 30)
     with make_sandbox("docker", spares=0):  # hopgym starting again reaps what the dead owner left
         assert list_sandbox_containers(api, owner) == []
 
