@@ -16,7 +16,8 @@ from hopgym.errors import ConfigError
 LOCAL_MODEL = "local"
 """The model name ``hopgym eval --model local`` recognises."""
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
-CHAT_FORMAT = "chatml-function-calling"
+CHAT_FORMAT = "chatml-function-calling-bounded"
+"""llama-cpp-python's ``chatml-function-calling`` held to ``max_tokens`` (see agents/llama_entry.py)."""
 TOOL_CHOICE_SUBSTITUTES = {"required": "auto"}
 """This chat format fails on ``tool_choice="required"`` (500); it takes ``auto`` or a named function."""
 INSTALL_HINT = "run .ci/build-llama-wheel.sh (builds and caches the wheel) or pip install 'hopgym[local]'"
@@ -44,7 +45,7 @@ def local_server_command(
     command = [
         sys.executable,
         "-m",
-        "llama_cpp.server",
+        "hopgym.agents.llama_entry",
         "--model",
         str(model_path),
         "--model_alias",

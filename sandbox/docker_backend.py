@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -473,7 +473,8 @@ class DockerSandbox(PooledSandbox):
     started and ready (one episode uses one); ``timeout``: the default wall-clock limit per call.
     ``memory_mb``, ``cpu_seconds``, ``file_mb``, ``open_files``: the worker's rlimits (``memory_mb`` also
     sizes the container's memory cgroup); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits.
-    ``policy="restricted"`` adds RestrictedPython inside the worker. Not thread-safe: one per episode runner.
+    ``policy="restricted"`` adds RestrictedPython inside the worker. ``preload``: sources every container's
+    worker runs before it is handed out (shared data). Not thread-safe: one per episode runner.
     """
 
     def __init__(
@@ -493,6 +494,7 @@ class DockerSandbox(PooledSandbox):
         output_cap: int = 16_384,
         result_cap: int = 65_536,
         start_timeout: float = 30.0,
+        preload: Sequence[str] = (),
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
@@ -510,21 +512,15 @@ class DockerSandbox(PooledSandbox):
             output_cap=output_cap,
             result_cap=result_cap,
         )
-        # The worker's CONFIG_JSON (see worker.main); the container itself provides the namespaces.
-        worker_config = {
-            "seccomp": True,
-            "rlimits": worker_limits.rlimits(),
-            "policy": policy,
-            "output_cap": output_cap,
-            "result_cap": result_cap,
-        }
+        # The container itself provides the namespaces; the worker adds rlimits, seccomp and the policy.
+        worker_config = worker_limits.worker_config(seccomp=True, policy=policy)
         container_limits = ContainerLimits(memory_mb=memory_mb, cpus=cpus, pids=pids, tmpfs_mb=tmpfs_mb)
         self._launcher = DockerLauncher(api, image, worker_config, container_limits, runtime, start_timeout)
         described = (
             f"docker{f'[{runtime}]' if runtime else ''}+seccomp+rlimits{'+restricted' if policy else ''}"
         )
         try:
-            super().__init__(self._launcher, described, timeout=timeout, spares=spares)
+            super().__init__(self._launcher, described, timeout=timeout, spares=spares, preload=preload)
         except BaseException:
             self._launcher.close()
             raise

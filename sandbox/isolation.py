@@ -16,8 +16,9 @@ import os
 import shutil
 import stat
 import sys
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
 
@@ -51,6 +52,16 @@ class WorkerLimits:
             "cpu_seconds": self.cpu_seconds,
             "file_bytes": self.file_mb << 20,
             "open_files": self.open_files,
+        }
+
+    def worker_config(self, *, seccomp: bool, policy: str | None) -> dict[str, Any]:
+        """The keys of the worker's CONFIG_JSON (see ``worker.main``) that every backend sets."""
+        return {
+            "seccomp": seccomp,
+            "rlimits": self.rlimits(),
+            "policy": policy,
+            "output_cap": self.output_cap,
+            "result_cap": self.result_cap,
         }
 
 
@@ -114,15 +125,12 @@ def worker_command(plan: IsolationPlan, limits: WorkerLimits, policy: str | None
     python_path = _policy_python_path() if policy else []
     reachable = reachable_paths(python_path)
     config = {
+        **limits.worker_config(seccomp=plan.seccomp, policy=policy),
         "namespaces": plan.level == "namespaces",
         "hidden_mounts": hidden_ancestors(reachable),
         "tmpfs_bytes": limits.tmpfs_mb << 20,
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
-        "seccomp": plan.seccomp,
-        "rlimits": limits.rlimits(),
-        "policy": policy,
         "python_path": python_path,
-        **{key: value for key, value in asdict(limits).items() if key.endswith("_cap")},
     }
     python = [sys.executable, "-I", "-S", "-B", str(WORKER_SCRIPT), json.dumps(config)]
     if plan.level != "bwrap":
