@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopgym.envs.toolhop import ToolHopEnv
-
 from hopgym.commands.demo import schema_arguments
+from hopgym.envs.toolhop import ToolHopEnv
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -98,6 +97,7 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=1000, help="warm calls to time")
     parser.add_argument("--spares", type=int, default=1, help="pre-started sandbox workers")
     parser.add_argument("--data", default=None)
+    parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args()
     options = {"spares": args.spares}
     with_budget = ToolHopEnv(data_path=args.data, max_turns=10**9, sandbox_options=options)
@@ -112,6 +112,8 @@ def main() -> None:
     finally:
         with_budget.close()
     print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":

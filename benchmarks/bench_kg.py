@@ -3,7 +3,7 @@
 Targets (issue 6): load <= 5 s and <= 500 MB RSS for all 310k triples; sampling 200 tasks per pattern in
 seconds. Run from the repo root:
 
-    HOPGYM_DATA=/work/shared/data .venv/bin/python benchmarks/bench_kg.py [--n 200] [--seed 0] [--json F]
+    HOPGYM_DATA=/work/shared/data .venv/bin/python benchmarks/bench_kg.py [--n 200] [--seed 0] [--out F]
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=None, help="fb15k-237 folder (default: $HOPGYM_DATA/fb15k-237)")
     parser.add_argument("--n", type=int, default=200, help="tasks sampled per pattern")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
 
     rss_before = peak_rss_mb()
@@ -64,14 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     total = sum(r["seconds"] for r in rates.values())
     print(f"{'all':<8}{args.n * len(PATTERN_NAMES):>7}{total:>10.2f}")
 
-    if args.json:
+    if args.out:
         figures = {
             "load_seconds": round(load_seconds, 3),
             "peak_rss_mb": round(rss_after, 1),
             "graph_rss_mb": round(rss_after - rss_before, 1),
             "sampling": rates,
         }
-        with open(args.json, "w", encoding="utf-8") as out:
+        with open(args.out, "w", encoding="utf-8") as out:
             json.dump(figures, out, indent=2)
     return 0 if load_seconds <= LOAD_SECONDS_TARGET and rss_after <= RSS_MB_TARGET else 1
 

@@ -5,7 +5,7 @@ the median and 95th-percentile round trip of one relation-tool call through the 
 sandbox, feedback), and oracle episodes per second (every solution call replayed, then the answer).
 Run from the repo root:
 
-    HOPGYM_DATA=/work/shared/data .venv/bin/python benchmarks/bench_kgtool.py [--n 20] [--calls 2000]
+    HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_kgtool.py [--n 20] [--calls 2000] [--out F]
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ import argparse
 import json
 import statistics
 import time
+from pathlib import Path
 
 from hopgym.envs.kgtool import KGToolEnv
 from hopgym.tasks.kg2tool_export import answer_text
@@ -33,6 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--n", type=int, default=20, help="tasks sampled per pattern for the oracle episodes")
     parser.add_argument("--calls", type=int, default=2000, help="relation-tool calls timed one by one")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args(argv)
 
     env = KGToolEnv(kg="fb15k-237", n=args.n, seed=args.seed)
@@ -68,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
         "oracle_episodes_per_s": round(len(env.tasks) / episode_seconds, 1),
     }
     print(json.dumps(figures, indent=1))
+    if args.out:
+        Path(args.out).write_text(json.dumps(figures, indent=1), encoding="utf-8")
     return 0
 
 
