@@ -2,7 +2,8 @@
 
 1. Relation-path generation: the extraction model sees the live KG's relations and the user's tagged
    query (the speaker is the start entity) and writes ``KG.search(start=..., path=[...])`` lines.
-2. Path extraction (``exact`` | ``greedy`` | ``retrieval``, see :mod:`kgetool_extraction`) on the live KG.
+2. Path extraction (``exact`` | ``greedy`` | ``retrieval``, see :mod:`hopgym.tasks.kg_extraction`)
+   on the live KG.
 3. Tool use: the query plus "The extra information for the query is (...)." and the candidate tools go
    to the tool-use model (``--model``; the extraction model is ``kg_model`` when it differs).
 
@@ -21,7 +22,6 @@ from typing import Any
 
 from hopgym.agents.base import Action, Agent, AgentStats, Observation
 from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
-from hopgym.agents.kgetool_extraction import Extraction, check_options, extract
 from hopgym.agents.kgetool_prompts import (
     EXTRA_INFO,
     EXTRACTION_STOP,
@@ -32,6 +32,7 @@ from hopgym.agents.kgetool_retrieval import make_retriever
 from hopgym.agents.model import ModelClient
 from hopgym.errors import ConfigError
 from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg_extraction import Extraction, check_options, extract
 
 LIVE_KG_KEY = "live_kg"
 

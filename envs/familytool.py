@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -31,12 +31,11 @@ from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, DataError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
+from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
 from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 from hopgym.tasks.kg_tools import generate_kg_tools
 
 KG_MODES = ("gold", "none", "full", "tools")
-EXTRACTION_MODES = ("exact", "greedy", "retrieval")
-Retriever = Callable[[str, list[str], int], list[str]]
 
 SYSTEM_PROMPT = (
     "You are a personal assistant. Fulfil the user's request by calling exactly one of the provided tools "
@@ -291,9 +290,6 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
         return {**tool, **kg, "counts": {**tool["counts"], **kg["counts"]}}
 
     def _extraction_metrics(self, text: str) -> dict[str, Any]:
-        # The extraction walks live with the KGETool agent; it depends on tasks only.
-        from hopgym.agents.kgetool_extraction import extract
-
         assert self._task is not None
         result = extract(
             text, self.kg, self.extraction, reading=self.reading, retriever=self.retriever, top_k=self.top_k
@@ -316,6 +312,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             "task_id": self._task.id,
             "variant": self.variant,
             "kg": self.kg_mode,
+            "live_kg": self.kg,
             "hops": self._task.hops,
             "feedback": self.feedback,
             "reading": self.reading,

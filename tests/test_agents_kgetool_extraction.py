@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
-from hopgym.agents.kgetool_extraction import BAD_EXTRACT, extract, parse_search_calls
+from hopgym.tasks.kg_extraction import BAD_EXTRACT, extract, parse_search_calls
 from hopgym.agents.kgetool_prompts import extraction_messages
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import load_family_kg
