@@ -59,7 +59,8 @@ def test_ablations_and_report_run_end_to_end_with_the_local_model(tmp_path: Path
     for png in re.findall(r"\]\((\w+\.png)\)", text):
         with Image.open(tmp_path / "report" / png) as image:
             assert image.format == "PNG" and image.text["Description"].startswith("x: ")
-            image.verify()
+        with Image.open(tmp_path / "report" / png) as image:
+            image.verify()  # the whole file decodes
     assert (
         json.loads((tmp_path / "feedback" / "detailed" / "run.json").read_text())["env_kwargs"]["max_turns"]
         == 2

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from hopgym.agents.ablation import table5_markdown
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
@@ -26,7 +27,7 @@ FEEDBACK_OUTCOMES = {0: (True, False), 1: (True, False), 2: (False, True), 3: (T
 # On tasks 0-3: w/ 3/4, w/o 2/4, C→I 2/4 (tasks 0, 1), I→C 1/4 (task 2). Task 4 is not counted.
 TABLE5_ROW = "| 4 | 75.00 | 50.00 | 50.00 | 25.00 |"
 # With every failed call counting (error set "failed"), task 4 joins: w/ 4/5, w/o 2/5, C→I 3/5, I→C 1/5.
-TABLE5_FAILED = [80.0, 40.0, 60.0, 20.0]
+TABLE5_FAILED_ROW = "| 5 | 80.00 | 40.00 | 60.00 | 20.00 |"
 
 FRAMEWORK_CORRECT = {"fc": {0, 1}, "react": {0}, "codeact": {0, 1, 2}}
 TABLE11_ROW = "| 66.67 | 33.33 | 100.00 |"
@@ -121,6 +122,7 @@ def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_compu
     table = (out / "ablation.md").read_text()
     assert TABLE5_ROW in table
     assert "| Answer correctness | 80.00 | 40.00 |" in table  # Table 4 columns, all five tasks
+    assert TABLE5_FAILED_ROW in table5_markdown(out / "detailed", out / "minimal", error_set="failed")
 
 
 def test_frameworks_ablation_writes_table11(ablation_runs: Path) -> None:

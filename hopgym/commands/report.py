@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from hopgym.envs.ablation import ERROR_SETS
 from hopgym.errors import DataError
 
 
@@ -19,7 +20,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument(
         "--error-set",
-        choices=("invocation", "failed"),
+        choices=ERROR_SETS,
         default="invocation",
         help="calls that make a query count in the feedback-flips table (default: invocation errors)",
     )
