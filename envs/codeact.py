@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.envs.feedback import MINIMAL_HINT, outcome_of, render_value, shown_text, validation_text
+from hopgym.envs.chat import call_record
+from hopgym.envs.feedback import MINIMAL_HINT, render_value, shown_text, validation_text
 from hopgym.envs.validation import CallCheck, ToolValidator
 from hopgym.sandbox.base import CallResult, Sandbox
 
@@ -26,25 +27,11 @@ def code_of(action: Any) -> str | None:
 
 
 def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str) -> dict[str, Any]:
+    result = None
     if check.ok:
         status = call.get("status") if call.get("status") in _CALL_STATUSES else "error"
-        status, detailed = outcome_of(
-            CallResult(status=status, value=call.get("value"), error=call.get("error"))
-        )
-        errors = [] if status == "ok" else [status]
-    else:
-        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
-    return {
-        "id": call_id,
-        "name": call.get("name"),
-        "arguments": check.arguments,
-        "status": status,
-        "errors": errors,
-        "feedback": shown_text(status, detailed, feedback),
-        "latency_ms": 0.0,
-        "truncated": False,
-        "via": "code",
-    }
+        result = CallResult(status=status, value=call.get("value"), error=call.get("error"))
+    return {**call_record(call_id, call.get("name"), check, result, feedback), "via": "code"}
 
 
 def observation_text(result: CallResult, feedback: str) -> str:

@@ -18,15 +18,22 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.envs.chat import (
+    assistant_message,
+    call_fields,
+    call_record,
+    env_sandbox,
+    select_task,
+    tool_message,
+)
 from hopgym.envs.familytool_metrics import (
     check_reading,
     extraction_metrics,
     predicted_calls,
     tool_use_metrics,
 )
-from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.feedback import check_feedback_mode, validation_text
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
-from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, DataError, HopgymError
 from hopgym.sandbox.base import Sandbox
@@ -128,7 +135,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
         self._owns_sandbox = False
         self._runtime: KGToolRuntime | None = None
         if kg == "tools":
-            self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+            self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
             self._runtime = KGToolRuntime(self.kg, self.sandbox)
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
@@ -144,27 +151,13 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def _select(self, options: Mapping[str, Any] | None) -> FamilyToolTask:
-        options = options or {}
-        if "task_id" in options:
-            task_id = str(options["task_id"])
-            if task_id not in self._index_of:
-                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
-            return self.tasks[self._index_of[task_id]]
-        if "index" in options:
-            index = options["index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
-            return self.tasks[index]
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         if self.kg_mode == "tools" and self._runtime is None:
             raise HopgymError("this env was closed; make a new one")
-        task = self._select(options)
+        task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         self._tools = [doc.openai_schema() for doc in task.candidate_tools]
         self._candidates = frozenset(doc.name for doc in task.candidate_tools)
@@ -206,7 +199,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
                     "the action's 'kg_extraction' must be the raw KG.search(...) text (a string)"
                 )
             self._kg_extraction = action["kg_extraction"]
-        message = _as_message(action)
+        message = assistant_message(action)
         self._messages.append(message)
         self._turns += 1
         calls = message.get("tool_calls", [])
@@ -214,7 +207,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
         final = self._runtime is None or not calls
         final = final or any(
-            _call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True)
+            call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True)
         )
         if final:
             records = [
@@ -237,7 +230,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
         """A call of the final message: validated and recorded, never executed."""
-        _, name, raw_arguments = _call_fields(call, call_id)
+        _, name, raw_arguments = call_fields(call, call_id)
         check = self._validator.check(name, raw_arguments)
         self._calls_made += 1
         return {
@@ -254,30 +247,15 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
         """A KG tool call (kg="tools"), run in the sandbox; anything else is rejected by validation."""
-        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        call_id, name, raw_arguments = call_fields(call, fallback_id)
         check = self._validator.check(name, raw_arguments)
-        latency_ms, truncated = 0.0, False
+        result = None
         if check.ok and self._runtime is not None:
             result = self._runtime.call(name, check.arguments, timeout=self._call_timeout)
-            status, detailed = outcome_of(result)
-            latency_ms, truncated = result.latency_ms, result.truncated
-            errors: tuple[str, ...] = () if status == "ok" else (status,)
-        else:
-            status, detailed, errors = check.status, validation_text(check.messages), check.errors
-        text = shown_text(status, detailed, self.feedback)
+        record = {**call_record(call_id, name, check, result, self.feedback), "executed": check.ok}
         self._calls_made += 1
-        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
-        return {
-            "id": call_id,
-            "name": name,
-            "arguments": check.arguments,
-            "status": status,
-            "errors": list(errors),
-            "feedback": text,
-            "latency_ms": latency_ms,
-            "truncated": truncated,
-            "executed": check.ok,
-        }
+        self._messages.append(tool_message(record))
+        return record
 
     # -- scoring -----------------------------------------------------------------------------------
 

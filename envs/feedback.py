@@ -13,9 +13,8 @@ import json
 import re
 from typing import Any
 
-from hopgym.sandbox.base import CallResult
-
 from hopgym.errors import ConfigError
+from hopgym.sandbox.base import CallResult
 
 FEEDBACK_MODES = ("detailed", "minimal")
 MINIMAL_HINT = "Error: the tool call failed."

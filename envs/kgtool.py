@@ -21,10 +21,17 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.chat import (
+    assistant_message,
+    call_fields,
+    call_record,
+    env_sandbox,
+    select_task,
+    tool_message,
+)
+from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
-from hopgym.envs.toolhop import _as_message, _call_fields, _make_sandbox
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, HopgymError, SandboxError
 from hopgym.sandbox.base import Sandbox
@@ -99,7 +106,7 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
         if isinstance(sandbox, str):
             sandbox_options = {**DEFAULT_SANDBOX_OPTIONS, **dict(sandbox_options or {})}
         self.sandbox: Sandbox | None
-        self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+        self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
         self._task: KG2ToolTask | None = None
@@ -129,27 +136,13 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def _select(self, options: Mapping[str, Any] | None) -> KG2ToolTask:
-        options = options or {}
-        if "task_id" in options:
-            task_id = str(options["task_id"])
-            if task_id not in self._index_of:
-                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
-            return self.tasks[self._index_of[task_id]]
-        if "index" in options:
-            index = options["index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
-            return self.tasks[index]
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         if self.sandbox is None:
             raise HopgymError("this env was closed; make a new one")
-        task = self._select(options)
+        task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._ensure_loaded()
         self._task = task
         offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
@@ -182,7 +175,7 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
         if self._task is None or self._done:
             raise HopgymError("step() called before reset() or after the episode ended; call reset()")
-        message = _as_message(action)
+        message = assistant_message(action)
         self._messages.append(message)
         self._turns += 1
         calls = message.get("tool_calls", [])
@@ -205,30 +198,13 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
         assert self.sandbox is not None
-        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        call_id, name, raw_arguments = call_fields(call, fallback_id)
         check = self._validator.check(name, raw_arguments)
-        latency_ms = 0.0
-        truncated = False
-        if check.ok:
-            result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout)
-            status, detailed = outcome_of(result)
-            latency_ms, truncated = result.latency_ms, result.truncated
-            errors: tuple[str, ...] = () if status == "ok" else (status,)
-        else:
-            status, detailed, errors = check.status, validation_text(check.messages), check.errors
-        text = shown_text(status, detailed, self.feedback)
+        result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout) if check.ok else None
+        record = call_record(call_id, name, check, result, self.feedback)
         self._calls_made += 1
-        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
-        return {
-            "id": call_id,
-            "name": name,
-            "arguments": check.arguments,
-            "status": status,
-            "errors": list(errors),
-            "feedback": text,
-            "latency_ms": latency_ms,
-            "truncated": truncated,
-        }
+        self._messages.append(tool_message(record))
+        return record
 
     # -- observation and info ----------------------------------------------------------------------
 

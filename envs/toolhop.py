@@ -8,8 +8,16 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.envs.chat import (
+    assistant_message,
+    call_fields,
+    call_record,
+    env_sandbox,
+    select_task,
+    tool_message,
+)
 from hopgym.envs.codeact import code_of, run_code
-from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import get_scorer
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
@@ -18,44 +26,6 @@ from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
-
-
-def _make_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:
-    """The sandbox to use and whether this env owns it (and must close it)."""
-    if isinstance(sandbox, Sandbox):
-        if options:
-            raise ConfigError("sandbox_options apply only when sandbox is a backend name, not an instance")
-        return sandbox, False
-    if not isinstance(sandbox, str):
-        raise ConfigError(
-            f"sandbox must be a backend name or a Sandbox instance, got {type(sandbox).__name__}"
-        )
-    from hopgym.sandbox import make_sandbox
-
-    return make_sandbox(sandbox, **dict(options or {})), True
-
-
-def _as_message(action: Any) -> dict[str, Any]:
-    """The action as an assistant message; a plain string is a final answer."""
-    if isinstance(action, str):
-        return {"role": "assistant", "content": action}
-    if not isinstance(action, Mapping):
-        raise ConfigError(
-            f"action must be an assistant message dict or a string, got {type(action).__name__}"
-        )
-    message: dict[str, Any] = {"role": "assistant", "content": action.get("content")}
-    calls = action.get("tool_calls") or []
-    if calls:
-        message["tool_calls"] = list(calls)
-    return message
-
-
-def _call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
-    """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
-    if not isinstance(call, Mapping):
-        return fallback_id, None, call
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-    return str(call.get("id") or fallback_id), function.get("name"), function.get("arguments")
 
 
 class ToolHopEnv(gym.Env[dict[str, Any], Any]):
@@ -95,7 +65,7 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
         self.sandbox: Sandbox | None = None
         self._owns_sandbox = False
         if scenario != "direct":
-            self.sandbox, self._owns_sandbox = _make_sandbox(sandbox, sandbox_options)
+            self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
         self._task: Task | None = None
@@ -110,27 +80,13 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def _select(self, options: Mapping[str, Any] | None) -> Task:
-        options = options or {}
-        if "task_id" in options:
-            task_id = str(options["task_id"])
-            if task_id not in self._index_of:
-                raise ConfigError(f"unknown task_id {task_id!r}; ids look like {self.tasks[0].id!r}")
-            return self.tasks[self._index_of[task_id]]
-        if "index" in options:
-            index = options["index"]
-            if not isinstance(index, int) or not 0 <= index < len(self.tasks):
-                raise ConfigError(f"index must be an integer in [0, {len(self.tasks)}), got {index!r}")
-            return self.tasks[index]
-        return self.tasks[int(self.np_random.integers(len(self.tasks)))]
-
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         super().reset(seed=seed)
         if self.scenario != "direct" and self.sandbox is None:
             raise HopgymError("this env was closed; make a new one")
-        task = self._select(options)
+        task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         self._tools = [] if self.scenario == "direct" else list(task.tools)
         self._validator = ToolValidator(self._tools)
@@ -155,7 +111,7 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
         code = code_of(action)
         if code is not None and self.sandbox is not None:
             return self._step_code(action, code)
-        message = _as_message(action)
+        message = assistant_message(action)
         self._messages.append(message)
         self._turns += 1
         calls = message.get("tool_calls", [])
@@ -190,31 +146,16 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
         return self._observation(), 0.0, False, truncated, self._info(records)
 
     def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
-        call_id, name, raw_arguments = _call_fields(call, fallback_id)
+        call_id, name, raw_arguments = call_fields(call, fallback_id)
         check = self._validator.check(name, raw_arguments)
-        latency_ms = 0.0
-        truncated = False
+        result = None
         if check.ok and self.sandbox is not None:
             result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout)
-            status, detailed = outcome_of(result)
-            latency_ms, truncated = result.latency_ms, result.truncated
-            errors: tuple[str, ...] = () if status == "ok" else (status,)
-        else:
-            status, detailed, errors = check.status, validation_text(check.messages), check.errors
-        text = shown_text(status, detailed, self.feedback)
+        record = call_record(call_id, name, check, result, self.feedback)
         self._calls_made += 1
         self._tool_result_seen = True
-        self._messages.append({"role": "tool", "tool_call_id": call_id, "name": str(name), "content": text})
-        return {
-            "id": call_id,
-            "name": name,
-            "arguments": check.arguments,
-            "status": status,
-            "errors": list(errors),
-            "feedback": text,
-            "latency_ms": latency_ms,
-            "truncated": truncated,
-        }
+        self._messages.append(tool_message(record))
+        return record
 
     # -- observation and info ----------------------------------------------------------------------
 

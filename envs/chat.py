@@ -1,0 +1,112 @@
+"""What every chat env shares: its sandbox, reading actions, picking a task, and recording tool calls.
+
+ToolHop-v0, FamilyTool-v0 and KGTool-v0 differ in their data and scoring, not in how an assistant message
+becomes validated, executed and recorded calls; those steps live here once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+
+from hopgym.envs.feedback import outcome_of, shown_text, validation_text
+from hopgym.envs.validation import CallCheck
+from hopgym.errors import ConfigError
+from hopgym.sandbox.base import CallResult, Sandbox
+
+TaskT = TypeVar("TaskT")
+
+
+def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:
+    """The sandbox an env uses and whether the env owns it (and must close it)."""
+    if isinstance(sandbox, Sandbox):
+        if options:
+            raise ConfigError("sandbox_options apply only when sandbox is a backend name, not an instance")
+        return sandbox, False
+    if not isinstance(sandbox, str):
+        raise ConfigError(
+            f"sandbox must be a backend name or a Sandbox instance, got {type(sandbox).__name__}"
+        )
+    from hopgym.sandbox import make_sandbox
+
+    return make_sandbox(sandbox, **dict(options or {})), True
+
+
+def assistant_message(action: Any) -> dict[str, Any]:
+    """The action as an assistant message; a plain string is a final answer."""
+    if isinstance(action, str):
+        return {"role": "assistant", "content": action}
+    if not isinstance(action, Mapping):
+        raise ConfigError(
+            f"action must be an assistant message dict or a string, got {type(action).__name__}"
+        )
+    message: dict[str, Any] = {"role": "assistant", "content": action.get("content")}
+    calls = action.get("tool_calls") or []
+    if calls:
+        message["tool_calls"] = list(calls)
+    return message
+
+
+def call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
+    """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
+    if not isinstance(call, Mapping):
+        return fallback_id, None, call
+    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    return str(call.get("id") or fallback_id), function.get("name"), function.get("arguments")
+
+
+def select_task(
+    tasks: Sequence[TaskT],
+    index_of: Mapping[str, int],
+    options: Mapping[str, Any] | None,
+    rng: np.random.Generator,
+) -> TaskT:
+    """The task ``reset`` options name (``task_id`` or ``index``), else one drawn with the env's RNG."""
+    options = options or {}
+    if "task_id" in options:
+        task_id = str(options["task_id"])
+        if task_id not in index_of:
+            example = next(iter(index_of), "?")
+            raise ConfigError(f"unknown task_id {task_id!r}; ids look like {example!r}")
+        return tasks[index_of[task_id]]
+    if "index" in options:
+        index = options["index"]
+        if not isinstance(index, int) or not 0 <= index < len(tasks):
+            raise ConfigError(f"index must be an integer in [0, {len(tasks)}), got {index!r}")
+        return tasks[index]
+    return tasks[int(rng.integers(len(tasks)))]
+
+
+def call_record(
+    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
+) -> dict[str, Any]:
+    """The ``info["calls"]`` record of one call: ``result`` is its sandbox outcome, None if it did not run."""
+    if result is not None:
+        status, detailed = outcome_of(result)
+        errors = [] if status == "ok" else [status]
+        latency_ms, truncated = result.latency_ms, result.truncated
+    else:
+        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
+        latency_ms, truncated = 0.0, False
+    return {
+        "id": call_id,
+        "name": name,
+        "arguments": check.arguments,
+        "status": status,
+        "errors": errors,
+        "feedback": shown_text(status, detailed, feedback),
+        "latency_ms": latency_ms,
+        "truncated": truncated,
+    }
+
+
+def tool_message(record: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``tool`` chat message that shows a call record's feedback to the agent."""
+    return {
+        "role": "tool",
+        "tool_call_id": record["id"],
+        "name": str(record["name"]),
+        "content": record["feedback"],
+    }
