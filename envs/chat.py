@@ -9,10 +9,12 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeVar
 
+import gymnasium as gym
 import numpy as np
 
 from hopgym.envs.feedback import outcome_of, shown_text, validation_text
-from hopgym.envs.validation import CallCheck
+from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
+from hopgym.envs.validation import CallCheck, ToolValidator
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import CallResult, Sandbox
 
@@ -110,3 +112,47 @@ def tool_message(record: Mapping[str, Any]) -> dict[str, Any]:
         "name": str(record["name"]),
         "content": record["feedback"],
     }
+
+
+class ChatToolEnv(gym.Env[dict[str, Any], Any]):
+    """The episode state every chat env keeps: the message history, the tools offered and their validator,
+    turn and call counters, and the sandbox it may own. Subclasses add their data and scoring."""
+
+    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
+
+    def __init__(self) -> None:
+        self.sandbox: Sandbox | None = None
+        self._owns_sandbox = False
+        self.observation_space = ChatObservationSpace()
+        self.action_space = AssistantActionSpace()
+        self._messages: list[dict[str, Any]] = []
+        self._tools: list[dict[str, Any]] = []
+        self._validator = ToolValidator([])
+        self._turns = 0
+        self._calls_made = 0
+        self._done = True
+
+    def _use_sandbox(self, sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> Sandbox:
+        self.sandbox, self._owns_sandbox = env_sandbox(sandbox, options)
+        return self.sandbox
+
+    def _start_episode(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
+        self._tools = tools
+        self._validator = ToolValidator(tools)
+        self._messages = messages
+        self._turns = 0
+        self._calls_made = 0
+        self._done = False
+
+    def _observation(self) -> dict[str, Any]:
+        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+
+    def _progress_info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``info`` keys every env reports after each step."""
+        return {"turn": self._turns, "num_calls": self._calls_made, "calls": records}
+
+    def close(self) -> None:
+        if self._owns_sandbox and self.sandbox is not None:
+            self.sandbox.close()
+        self.sandbox = None
+        super().close()

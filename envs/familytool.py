@@ -16,13 +16,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
-
 from hopgym.envs.chat import (
+    ChatToolEnv,
     assistant_message,
     call_fields,
     call_record,
-    env_sandbox,
     select_task,
     tool_message,
 )
@@ -33,8 +31,6 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.envs.feedback import check_feedback_mode, validation_text
-from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
-from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, DataError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
@@ -83,7 +79,7 @@ def full_kg_query(task: FamilyToolTask, triples: list[tuple[str, str, str]]) -> 
     return f"{bare_query(task)}  {EXTRA_INFO_MARKER} ({listed})."
 
 
-class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
+class FamilyToolEnv(ChatToolEnv):
     """One FamilyTool row per episode; see DESIGN.md "Environments (contract)".
 
     ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
@@ -94,8 +90,6 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
     official code's mode, ``exact``, or ``retrieval`` with ``retriever``: ``f(relation, relations, k)`` or
     ``"module:function"``, and ``top_k``) and scored by the extraction metrics.
     """
-
-    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
 
     def __init__(
         self,
@@ -119,6 +113,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {extraction!r}")
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
+        super().__init__()
         self.variant = variant
         self.kg_mode = kg
         self.max_turns = max_turns
@@ -131,23 +126,12 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
         self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
         self.kg = load_family_kg(variant, kg_path)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
-        self.sandbox: Sandbox | None = None
-        self._owns_sandbox = False
         self._runtime: KGToolRuntime | None = None
         if kg == "tools":
-            self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
-            self._runtime = KGToolRuntime(self.kg, self.sandbox)
-        self.observation_space = ChatObservationSpace()
-        self.action_space = AssistantActionSpace()
+            self._runtime = KGToolRuntime(self.kg, self._use_sandbox(sandbox, sandbox_options))
         self._task: FamilyToolTask | None = None
-        self._messages: list[dict[str, Any]] = []
-        self._tools: list[dict[str, Any]] = []
         self._candidates: frozenset[str] = frozenset()
-        self._validator = ToolValidator([])
         self._kg_extraction: str | None = None
-        self._turns = 0
-        self._calls_made = 0
-        self._done = True
 
     # -- episode -----------------------------------------------------------------------------------
 
@@ -159,7 +143,7 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             raise HopgymError("this env was closed; make a new one")
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
-        self._tools = [doc.openai_schema() for doc in task.candidate_tools]
+        tools = [doc.openai_schema() for doc in task.candidate_tools]
         self._candidates = frozenset(doc.name for doc in task.candidate_tools)
         system = SYSTEM_PROMPT
         if self._runtime is not None:
@@ -170,17 +154,13 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
                     f"row {task.id}: candidate tools {clash} have the names of generated KG tools"
                 )
             self._runtime.load(kg_tools)
-            self._tools += [tool.openai_schema() for tool in kg_tools]
+            tools += [tool.openai_schema() for tool in kg_tools]
             system += TOOLS_PROMPT
-        self._validator = ToolValidator(self._tools)
-        self._messages = [
-            {"role": "system", "content": system},
-            {"role": "user", "content": self._user_text(task)},
-        ]
+        self._start_episode(
+            tools,
+            [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}],
+        )
         self._kg_extraction = None
-        self._turns = 0
-        self._calls_made = 0
-        self._done = False
         return self._observation(), self._info([])
 
     def _user_text(self, task: FamilyToolTask) -> str:
@@ -281,9 +261,6 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _observation(self) -> dict[str, Any]:
-        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
-
     def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         assert self._task is not None
         return {
@@ -296,14 +273,9 @@ class FamilyToolEnv(gym.Env[dict[str, Any], Any]):
             "reading": self.reading,
             "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools run)",
             "candidate_tools": sorted(self._candidates),
-            "turn": self._turns,
-            "num_calls": self._calls_made,
-            "calls": records,
+            **self._progress_info(records),
         }
 
     def close(self) -> None:
-        if self._owns_sandbox and self.sandbox is not None:
-            self.sandbox.close()
-        self.sandbox = None
         self._runtime = None
         super().close()

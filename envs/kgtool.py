@@ -19,20 +19,16 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import gymnasium as gym
-
 from hopgym.envs.chat import (
+    ChatToolEnv,
     assistant_message,
     call_fields,
     call_record,
-    env_sandbox,
     select_task,
     tool_message,
 )
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.kgtool_scoring import score_answer
-from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
-from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, HopgymError, SandboxError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
@@ -59,7 +55,7 @@ def _system_prompt(kg_name: str) -> str:
     return SYSTEM_PROMPT.format(id_hint=hint if kg_name == "fb15k-237" else "")
 
 
-class KGToolEnv(gym.Env[dict[str, Any], Any]):
+class KGToolEnv(ChatToolEnv):
     """One KG2Tool task per episode; see DESIGN.md "KG2Tool tasks" and "Environments (contract)".
 
     Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
@@ -67,8 +63,6 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
     ``$HOPGYM_DATA``). ``sandbox`` is a backend name (options via ``sandbox_options``) or a ready
     :class:`~hopgym.sandbox.base.Sandbox`, used but not closed.
     """
-
-    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
 
     def __init__(
         self,
@@ -91,6 +85,7 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
             raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         if not isinstance(n_distractors, int) or n_distractors < 0:
             raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
+        super().__init__()
         self.feedback = check_feedback_mode(feedback)
         self.max_turns = max_turns
         self.n_distractors = n_distractors
@@ -105,17 +100,8 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
             raise ConfigError(f"the tasks call tools that {kg} does not generate: {unknown[:5]}")
         if isinstance(sandbox, str):
             sandbox_options = {**DEFAULT_SANDBOX_OPTIONS, **dict(sandbox_options or {})}
-        self.sandbox: Sandbox | None
-        self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
-        self.observation_space = ChatObservationSpace()
-        self.action_space = AssistantActionSpace()
+        self._use_sandbox(sandbox, sandbox_options)
         self._task: KG2ToolTask | None = None
-        self._messages: list[dict[str, Any]] = []
-        self._tools: list[dict[str, Any]] = []
-        self._validator = ToolValidator([])
-        self._turns = 0
-        self._calls_made = 0
-        self._done = True
 
     def _tasks(
         self, kg: str, data_path: Any, patterns: str | Sequence[str], n: int, seed: int
@@ -146,15 +132,13 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
         self._ensure_loaded()
         self._task = task
         offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
-        self._tools = [self._tool_schemas[name] for name in offered]
-        self._validator = ToolValidator(self._tools)
-        self._messages = [
-            {"role": "system", "content": _system_prompt(self.source.name)},
-            {"role": "user", "content": task.query},
-        ]
-        self._turns = 0
-        self._calls_made = 0
-        self._done = False
+        self._start_episode(
+            [self._tool_schemas[name] for name in offered],
+            [
+                {"role": "system", "content": _system_prompt(self.source.name)},
+                {"role": "user", "content": task.query},
+            ],
+        )
         return self._observation(), self._info([])
 
     def _ensure_loaded(self) -> None:
@@ -208,9 +192,6 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _observation(self) -> dict[str, Any]:
-        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
-
     def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         assert self._task is not None and self.sandbox is not None
         return {
@@ -221,13 +202,5 @@ class KGToolEnv(gym.Env[dict[str, Any], Any]):
             "feedback": self.feedback,
             "isolation": self.sandbox.isolation,
             "tool_choice": "auto",
-            "turn": self._turns,
-            "num_calls": self._calls_made,
-            "calls": records,
+            **self._progress_info(records),
         }
-
-    def close(self) -> None:
-        if self._owns_sandbox and self.sandbox is not None:
-            self.sandbox.close()
-        self.sandbox = None
-        super().close()

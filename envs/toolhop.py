@@ -6,13 +6,11 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-import gymnasium as gym
-
 from hopgym.envs.chat import (
+    ChatToolEnv,
     assistant_message,
     call_fields,
     call_record,
-    env_sandbox,
     select_task,
     tool_message,
 )
@@ -20,23 +18,19 @@ from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import get_scorer
-from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
-from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
 
 
-class ToolHopEnv(gym.Env[dict[str, Any], Any]):
+class ToolHopEnv(ChatToolEnv):
     """One ToolHop query per episode; see DESIGN.md "Environments (contract)" for the full contract.
 
     ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
     ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.
     ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the sandbox's default.
     """
-
-    metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
 
     def __init__(
         self,
@@ -59,23 +53,14 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
         self.scorer_name = scorer
         self._score = get_scorer(scorer)
         self._call_timeout = call_timeout
+        super().__init__()
         self.tasks: list[Task] = load_toolhop(data_path)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
-        self.sandbox: Sandbox | None = None
-        self._owns_sandbox = False
         if scenario != "direct":
-            self.sandbox, self._owns_sandbox = env_sandbox(sandbox, sandbox_options)
-        self.observation_space = ChatObservationSpace()
-        self.action_space = AssistantActionSpace()
+            self._use_sandbox(sandbox, sandbox_options)
         self._task: Task | None = None
-        self._messages: list[dict[str, Any]] = []
-        self._tools: list[dict[str, Any]] = []
-        self._validator = ToolValidator([])
-        self._turns = 0
-        self._calls_made = 0
         self._tool_result_seen = False
-        self._done = True
         self._load_errors: tuple[str, ...] = ()
 
     # -- episode -----------------------------------------------------------------------------------
@@ -88,21 +73,19 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
             raise HopgymError("this env was closed; make a new one")
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
-        self._tools = [] if self.scenario == "direct" else list(task.tools)
-        self._validator = ToolValidator(self._tools)
         self._load_errors = ()
         if self.sandbox is not None:
             loaded = self.sandbox.load(task.tool_sources)
             undefined = [name for name in task.tool_names if name not in loaded.functions]
             self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
-        self._messages = [
-            {"role": "system", "content": system_prompt(self.scenario)},
-            {"role": "user", "content": task.question},
-        ]
-        self._turns = 0
-        self._calls_made = 0
+        self._start_episode(
+            [] if self.scenario == "direct" else list(task.tools),
+            [
+                {"role": "system", "content": system_prompt(self.scenario)},
+                {"role": "user", "content": task.question},
+            ],
+        )
         self._tool_result_seen = False
-        self._done = False
         return self._observation(), self._info([])
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -159,9 +142,6 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _observation(self) -> dict[str, Any]:
-        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
-
     def _tool_choice(self) -> str:
         if self.scenario == "direct":
             return "none"
@@ -181,13 +161,5 @@ class ToolHopEnv(gym.Env[dict[str, Any], Any]):
             "tool_choice": self._tool_choice(),
             "duplicate_tools": list(self._task.duplicate_tools),
             "load_errors": list(self._load_errors),
-            "turn": self._turns,
-            "num_calls": self._calls_made,
-            "calls": records,
+            **self._progress_info(records),
         }
-
-    def close(self) -> None:
-        if self._owns_sandbox and self.sandbox is not None:
-            self.sandbox.close()
-            self.sandbox = None
-        super().close()
