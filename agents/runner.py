@@ -64,7 +64,7 @@ class EvalConfig:
 
 
 class EnvPool:
-    """Up to ``size`` envs, made on demand in worker threads; an env that failed is closed, not reused."""
+    """``size`` envs made in worker threads; an env that failed is closed and replaced on demand."""
 
     def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
         self._make_env = make_env
@@ -74,6 +74,14 @@ class EnvPool:
         self._idle.put_nowait(first)
         self._created = 1
         self.envs: list[gym.Env] = [first]
+
+    async def fill(self) -> None:
+        """Make every env before the episodes start, so making them never slows running episodes."""
+        while self._created < self._size:
+            self._created += 1
+            env = await self._in_thread(self._make_env)
+            self.envs.append(env)
+            self._idle.put_nowait(env)
 
     async def acquire(self) -> gym.Env:
         if self._idle.empty() and self._created < self._size:
@@ -154,7 +162,7 @@ class EvalRun:
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
 
     async def _episode(self, pool: EnvPool, index: int, task_id: str) -> dict[str, Any]:
-        started = time.perf_counter()
+        started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
         agent = self._make_agent()
         observation: Mapping[str, Any] | None = None
         info: Mapping[str, Any] = {}
@@ -165,6 +173,7 @@ class EvalRun:
         healthy = True
         try:
             env = await pool.acquire()
+            started = time.perf_counter()
             observation, info = await self._in_thread(env.reset, options={"index": index})
             while not (terminated or truncated):
                 action = await agent.act(observation, info)
@@ -211,6 +220,7 @@ class EvalRun:
         pool = EnvPool(self._make_env, min(self.config.concurrency, len(pending)), first_env, self._in_thread)
         writer = EpisodeWriter(self.episodes_path)
         try:
+            await pool.fill()
             episodes = [asyncio.ensure_future(self._episode(pool, index, tid)) for index, tid in pending]
             for finished in asyncio.as_completed(episodes):
                 record = await finished

@@ -58,6 +58,7 @@ def tool_call(name: str, arguments: Any) -> tuple[str, Any]:
 class _Handler(BaseHTTPRequestHandler):
     server: _ScriptedHTTPServer
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body go out as separate writes: no 40 ms ACK delay
 
     def log_message(self, *args: Any) -> None:  # keep test output clean
         pass

@@ -8,7 +8,8 @@ Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_runner.py [-
   the most the runner can drive.
 * ``realistic``: the same with every reply delayed ``--turn-seconds`` (default 1 s, a realistic model
   turn) at ``--concurrency`` (default 32). The overhead per turn is an episode's wall time minus the
-  model's delays, per turn; target <= 5 % of the turn.
+  model's delays, per turn, split into the model client's share (litellm, HTTP) and the env + runner's
+  share (sandboxed steps, records); target <= 5 % of the turn.
 * ``local`` (with ``--local N``): N fc episodes with the embedded SmolLM2 server, episodes per minute.
 """
 
@@ -72,6 +73,8 @@ def measure(episodes: int, concurrency: int, delay: float) -> dict[str, Any]:
         server.join(timeout=10)
     turns = sum(record["turns"] for record in records)
     overhead_ms = [(r["latency_ms"] - 1000 * delay * r["turns"]) / r["turns"] for r in records]
+    client_ms = [(r["agent"]["model_latency_ms"] - 1000 * delay * r["turns"]) / r["turns"] for r in records]
+    env_runner_ms = [(r["latency_ms"] - r["agent"]["model_latency_ms"]) / r["turns"] for r in records]
     result = {
         "episodes": len(records),
         "errors": sum(record["error"] is not None for record in records),
@@ -81,6 +84,8 @@ def measure(episodes: int, concurrency: int, delay: float) -> dict[str, Any]:
         "turns_per_s": round(turns / wall, 1),
         "overhead_per_turn_median_ms": round(statistics.median(overhead_ms), 1),
         "overhead_per_turn_mean_ms": round(statistics.fmean(overhead_ms), 1),
+        "of_which_model_client_mean_ms": round(statistics.fmean(client_ms), 1),
+        "of_which_env_and_runner_mean_ms": round(statistics.fmean(env_runner_ms), 1),
     }
     if delay:
         result["overhead_fraction_of_turn"] = round(result["overhead_per_turn_mean_ms"] / (1000 * delay), 4)
