@@ -5,9 +5,8 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from hopgym.sandbox.base import CallResult, LoadResult, Sandbox, ToolCallHook
-
 from hopgym.errors import ConfigError
+from hopgym.sandbox.base import CallResult, LoadResult, Sandbox, ToolCallHook
 
 BACKENDS = ("process", "docker")
 

@@ -15,9 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from hopgym.sandbox.protocol import PROTOCOL_VERSION, WorkerConnection
-
 from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
+from hopgym.sandbox.protocol import PROTOCOL_VERSION, WorkerConnection
 
 
 @dataclass

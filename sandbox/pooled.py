@@ -12,10 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 from hopgym.sandbox.base import CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
-
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 
 _STATUSES: tuple[CallStatus, ...] = ("ok", "error", "timeout", "resource_limit")
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}

@@ -8,6 +8,7 @@ import signal
 import subprocess
 from collections.abc import Sequence
 
+from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
     IsolationPlan,
@@ -18,8 +19,6 @@ from hopgym.sandbox.isolation import (
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
 from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import WorkerConnection
-
-from hopgym.errors import ConfigError, SandboxError
 
 POLICIES = (None, "restricted")
 _BWRAP_SIGNAL_BASE = 128

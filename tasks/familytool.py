@@ -15,10 +15,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg_io import Triple, parse_triples, quotes_triples, resolve_data_file
-
-from hopgym.errors import ConfigError, DataError
 
 DATA_FOLDER = "familytool"
 VARIANTS = ("b", "e")

@@ -14,9 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from hopgym.tasks.kg import KnowledgeGraph
-
 from hopgym.errors import ConfigError, DataError
+from hopgym.tasks.kg import KnowledgeGraph
 
 FolTree = dict[str, Any]
 

@@ -19,10 +19,9 @@ import json
 import random
 from dataclasses import dataclass
 
+from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.fol import FolTree, evaluate_ids, pattern_template
 from hopgym.tasks.kg import KnowledgeGraph
-
-from hopgym.errors import ConfigError, DataError
 
 DEFAULT_MAX_ANSWERS = 100
 ATTEMPTS_PER_SAMPLE = 1000

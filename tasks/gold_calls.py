@@ -6,9 +6,8 @@ import ast
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopgym.tasks.model import GoldCall
-
 from hopgym.errors import DataError
+from hopgym.tasks.model import GoldCall
 
 
 def parse_gold_call(call: str, signatures: Mapping[str, Sequence[str]]) -> GoldCall:

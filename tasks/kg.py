@@ -14,9 +14,8 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from hopgym.tasks.kg_io import Triple, read_triples_file
-
 from hopgym.errors import KGError
+from hopgym.tasks.kg_io import Triple, read_triples_file
 
 Adjacency = dict[int, dict[int, list[int]]]
 

@@ -8,12 +8,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from hopgym.errors import DataError
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.model import Task
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
-
-from hopgym.errors import DataError
 
 _REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
 _TASK_FIELDS = frozenset({*_REQUIRED_FIELDS, "id", "domain", "hop_count", "gold_calls"})

@@ -11,10 +11,10 @@ from __future__ import annotations
 import pytest
 
 from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
-from hopgym.tasks.kg_extraction import BAD_EXTRACT, extract, parse_search_calls
 from hopgym.agents.kgetool_prompts import extraction_messages
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import load_family_kg
+from hopgym.tasks.kg_extraction import BAD_EXTRACT, extract, parse_search_calls
 
 MOTHER_DINNER = (("Bob", "mother", "Alice"), ("Alice", "prefer_dinnertime", "dinnertime_0002"))
 FATHER_DINNER = (("Bob", "father", "Jack"), ("Jack", "prefer_dinnertime", "dinnertime_0001"))

@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from hopgym.tasks.kg_extraction import extract
 from hopgym.agents.kgetool_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import load_family_kg
+from hopgym.tasks.kg_extraction import extract
 
 _MISSING = [
     name

@@ -8,10 +8,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from hopgym.envs.validation import ToolValidator
-from hopgym.tasks.toolhop import load_toolhop
 
 from hopgym.commands.demo import placeholder, schema_arguments
+from hopgym.envs.validation import ToolValidator
+from hopgym.tasks.toolhop import load_toolhop
 
 SUBSET = Path(os.environ.get("HOPGYM_DATA", "/nonexistent")) / "toolhop" / "toolhop_subset100.jsonl"
 needs_subset = pytest.mark.skipif(

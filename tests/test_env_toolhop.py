@@ -9,12 +9,12 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
-from hopgym.envs.feedback import MINIMAL_HINT
-from hopgym.envs.toolhop import ToolHopEnv
-from hopgym.sandbox import make_sandbox
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
+from hopgym.envs.feedback import MINIMAL_HINT
+from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.errors import ConfigError, HopgymError
+from hopgym.sandbox import make_sandbox
 
 FIXTURES = Path(__file__).parent / "fixtures" / "toolhop"
 MISBEHAVING = FIXTURES / "misbehaving.jsonl"

@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import pytest
+
 from hopgym.envs.feedback import MINIMAL_HINT, is_error_value, outcome_of, shown_text
 from hopgym.envs.validation import ToolValidator
 from hopgym.sandbox.base import CallResult

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import jsonschema
 import pytest
-from hopgym.tasks.familytool import load_family_kg, load_familytool, normalize_tool_doc
 
 from hopgym.errors import ConfigError, DataError
+from hopgym.tasks.familytool import load_family_kg, load_familytool, normalize_tool_doc
 
 ROWS = {"b": 483, "e": 455}
 KG_TRIPLES = {"b": 154, "e": 491}

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+
+from hopgym.errors import ConfigError, DataError, KGError
 from hopgym.tasks.fol import PATTERN_NAMES, execute, pattern_of, pattern_template, shape, trace
 from hopgym.tasks.fol_text import query_text
 from hopgym.tasks.kg import KnowledgeGraph
-
-from hopgym.errors import ConfigError, DataError, KGError
 
 FILMS = [
     ("Nolan", "directed", "Inception"),

@@ -7,13 +7,13 @@ import os
 from pathlib import Path
 
 import pytest
+
+from hopgym.errors import DataError
 from hopgym.tasks.familytool import load_family_kg
 from hopgym.tasks.fb15k237 import load_fb15k237
 from hopgym.tasks.fol import PATTERN_NAMES, execute, pattern_template, shape
 from hopgym.tasks.fol_sampler import sample_queries
 from hopgym.tasks.kg import KnowledgeGraph
-
-from hopgym.errors import DataError
 
 N = 200
 CAP = 100

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import pytest
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_io import parse_triples, quotes_triples
 
 from hopgym.errors import DataError, KGError
+from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg_io import parse_triples, quotes_triples
 
 FAMILY = [
     ("Bob", "mother", "Alice"),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from hopgym.envs.metrics import table4_metrics
 
 

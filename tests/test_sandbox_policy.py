@@ -6,9 +6,9 @@ import os
 from collections.abc import Iterator
 
 import pytest
+
 from hopgym.sandbox import Sandbox, make_sandbox
 from hopgym.sandbox.policy import rewrite_source
-
 from tests.test_sandbox_process import require_level
 
 

@@ -8,11 +8,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import Sandbox, make_sandbox
 from hopgym.sandbox.isolation import hidden_ancestors, reachable_paths
 from hopgym.sandbox.process import ProcessSandbox
-
-from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
 

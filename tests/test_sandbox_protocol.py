@@ -8,9 +8,9 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from hopgym.sandbox.protocol import WorkerConnection
 
 from hopgym.errors import WorkerCrashedError, WorkerTimeoutError
+from hopgym.sandbox.protocol import WorkerConnection
 
 
 @pytest.fixture

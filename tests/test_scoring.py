@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from hopgym.envs.scoring import get_scorer, normalize_tokens, normalized_match, official_match
 
+from hopgym.envs.scoring import get_scorer, normalize_tokens, normalized_match, official_match
 from hopgym.errors import ConfigError
 
 

@@ -10,12 +10,12 @@ import shutil
 from pathlib import Path
 
 import pytest
+
+from hopgym.errors import DataError, DownloadError
 from hopgym.tasks import toolhop_data
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop import load_toolhop
-
-from hopgym.errors import DataError, DownloadError
 
 FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
 DATA_ROOT = os.environ.get("HOPGYM_DATA")

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from hopgym.sandbox import CallResult, Sandbox
 
 pytestmark = pytest.mark.attack
