@@ -21,7 +21,7 @@ local-model: $(VENV)/.installed
 
 demo: local-model
 	rm -rf runs/demo
-	$(VENV)/bin/hopgym eval --model local --agent fc --limit 5 --concurrency 2 --env-arg max_turns=3 --out runs/demo
+	$(VENV)/bin/hopgym eval --model local --agent react --limit 3 --env-arg max_turns=3 --out runs/demo
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
