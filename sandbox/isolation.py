@@ -128,6 +128,7 @@ def worker_command(plan: IsolationPlan, limits: WorkerLimits, policy: str | None
         **limits.worker_config(seccomp=plan.seccomp, policy=policy),
         "namespaces": plan.level == "namespaces",
         "hidden_mounts": hidden_ancestors(reachable),
+        "tmp_mounts": under_private_tmp(reachable),
         "tmpfs_bytes": limits.tmpfs_mb << 20,
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
         "python_path": python_path,
@@ -141,6 +142,8 @@ def worker_command(plan: IsolationPlan, limits: WorkerLimits, policy: str | None
 def _bwrap_arguments(reachable: list[str], limits: WorkerLimits) -> list[str]:
     args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
+    for path in under_private_tmp(reachable):  # e.g. a checkout and its venv in /tmp: shown read-only
+        args += ["--ro-bind", path, path]
     for hidden, paths in hidden_ancestors(reachable).items():
         args += ["--perms", "0755", "--size", str(1 << 20), "--tmpfs", hidden]
         for path in paths:
@@ -177,6 +180,11 @@ def reachable_paths(extra: list[str] = ()) -> list[str]:
     candidates.update([str(WORKER_SCRIPT.parent), *extra])
     resolved = sorted({os.path.realpath(path) for path in candidates})
     return [path for path in resolved if not any(path.startswith(other + "/") for other in resolved)]
+
+
+def under_private_tmp(paths: list[str]) -> list[str]:
+    """The paths the worker's private /tmp would cover up, so they must be mounted into it."""
+    return [path for path in paths if Path("/tmp") in Path(path).parents]
 
 
 def hidden_ancestors(paths: list[str]) -> dict[str, list[str]]:

@@ -5,8 +5,8 @@ for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="r
 imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
 Usage: ``python -I -S -B worker.py CONFIG_JSON``; ``-S`` keeps start-up short, and ``python_path`` in the
 config lists the directories to import RestrictedPython from. The config keys are built by
-``isolation.worker_command``: namespaces, hidden_mounts, tmpfs_bytes, drop_uid, seccomp, rlimits, policy,
-python_path, output_cap, result_cap.
+``isolation.worker_command``: namespaces, hidden_mounts, tmp_mounts, tmpfs_bytes, drop_uid, seccomp,
+rlimits, policy, python_path, output_cap, result_cap.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
@@ -75,11 +75,12 @@ def _check(result: int, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int) -> None:
+def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int, tmp_mounts: list[str]) -> None:
     """Raw-namespace isolation without bubblewrap (needs root): new mount/pid/net/ipc/uts namespaces,
     a private /tmp, a fresh /proc, every other mount read-only, and each directory of ``hidden_mounts``
     (an ancestor other users cannot traverse, e.g. a 0700 /root) replaced by an empty one through which
-    only the listed paths (the interpreter, the worker) are reachable.
+    only the listed paths (the interpreter, the worker) are reachable. ``tmp_mounts`` are paths under /tmp
+    (a checkout or venv there) shown read-only inside the private /tmp.
 
     The calling process stays outside the new PID namespace and only relays its child's fate; the
     worker returns from this function as PID 2 of the namespace."""
@@ -95,8 +96,15 @@ def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int) -> N
         _check(result, f"mount {target}")
 
     mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    # Held open across the /tmp mount, then bound back into the private /tmp through /proc/self/fd.
+    tmp_fds = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in tmp_mounts]
     mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_bytes},mode=1777")
     mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    for path, fd in tmp_fds:
+        os.makedirs(path, mode=0o755, exist_ok=True)
+        mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
+        mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
+        os.close(fd)
     for hidden, paths in hidden_mounts.items():
         staged = []
         for index, path in enumerate(paths):
@@ -538,7 +546,7 @@ def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     sys.path[:0] = config.get("python_path", [])
     if config.get("namespaces"):
-        enter_namespaces(config["hidden_mounts"], config["tmpfs_bytes"])
+        enter_namespaces(config["hidden_mounts"], config["tmpfs_bytes"], config["tmp_mounts"])
     channel = Channel()
     try:
         policy = load_policy(config.get("policy"))
