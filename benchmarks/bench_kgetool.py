@@ -6,7 +6,7 @@ chain of the golden sub-KG), and a second time with the last relation of each pa
 time, paths per second per extraction mode, and how many gold-path rows extract exactly the golden sub-KG.
 Run from the repo root:
 
-    HOPGYM_DATA=/work/shared/data .venv/bin/python benchmarks/bench_kgetool.py [--embedding] [--json F]
+    HOPGYM_DATA=/work/shared/data .venv/bin/python benchmarks/bench_kgetool.py [--embedding] [--out F]
 
 ``--embedding`` uses the real all-MiniLM-L6-v2 retriever (the ``retrieval`` extra); the default retriever
 is a fixed string-similarity table, so the figure is the extraction's own cost.
@@ -54,7 +54,7 @@ def string_similarity(relation: str, relations: list[str], k: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--embedding", action="store_true", help=f"retrieve with {DEFAULT_EMBEDDING_MODEL}")
-    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--out", default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
     retriever = make_retriever(DEFAULT_EMBEDDING_MODEL) if args.embedding else string_similarity
     figures: dict[str, dict[str, float]] = {}
@@ -82,8 +82,8 @@ def main(argv: list[str] | None = None) -> int:
                     paths / seconds
                 )
                 figures[variant][f"{mode}{'_made_up' if made_up else ''}_exact_rows"] = exact
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
             json.dump(figures, out, indent=2)
     return 0
 

@@ -132,6 +132,7 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--turn-seconds", type=float, default=1.0)
     parser.add_argument("--local", type=int, default=0, help="also run N episodes with the local model")
+    parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args()
     report = {
         "zero_latency": measure(args.episodes, args.concurrency, 0.0),
@@ -140,6 +141,8 @@ def main() -> None:
     if args.local:
         report["local"] = measure_local(args.local)
     print(json.dumps(report, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")
 
 
 if __name__ == "__main__":
