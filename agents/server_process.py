@@ -70,6 +70,15 @@ class ServerProcess:
                 )
             except FileNotFoundError as exc:
                 raise ModelError(f"{self.name}: cannot run {self.command[0]!r}: {exc.strerror}") from exc
+        try:
+            self._wait_until_ready()
+        except BaseException:  # a timeout, Ctrl-C or SIGTERM while waiting must not leave the server behind
+            self.stop()
+            raise
+        return self
+
+    def _wait_until_ready(self) -> None:
+        assert self._process is not None
         deadline = time.monotonic() + self.startup_timeout
         delay = 0.05
         while not is_ready(self.api_base, timeout=1.0):
@@ -79,13 +88,11 @@ class ServerProcess:
                     f"{self.name} exited with code {code} before it was ready:\n{self.log_tail()}"
                 )
             if time.monotonic() > deadline:
-                self.stop()
                 raise ModelError(
                     f"{self.name} was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail()}"
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
-        return self
 
     def log_tail(self, lines: int = 20) -> str:
         try:

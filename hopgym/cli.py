@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from hopgym.errors import HopgymError
@@ -30,8 +31,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _stop_on_sigterm(signum: int, frame: object) -> None:
+    """SIGTERM unwinds like Ctrl-C, so model servers and sandboxes started by a command are stopped
+    (the default action would end the process without running any cleanup)."""
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         return int(args.func(args) or 0)
     except HopgymError as exc:

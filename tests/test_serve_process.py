@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import stat
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -104,3 +107,17 @@ def test_an_unknown_family_needs_an_explicit_parser() -> None:
         "vllm", "serve", "acme/unknown-7b", "--host", "127.0.0.1", "--port", "8000",
         "--enable-auto-tool-choice", "--tool-call-parser", "pythonic", "--max-model-len", "8192",
     ]  # fmt: skip
+
+
+def test_sigterm_to_hopgym_stops_the_server_it_started(fake_vllm: Path, tmp_path: Path) -> None:
+    port = free_port()
+    api_base = f"http://127.0.0.1:{port}/v1"
+    command = [sys.executable, "-m", "hopgym.cli", "serve", "vllm", "m", "--tool-call-parser", "hermes"]
+    hopgym = subprocess.Popen([*command, "--port", str(port)], stdout=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while not is_ready(api_base):
+        assert hopgym.poll() is None and time.monotonic() < deadline, "the server never became ready"
+        time.sleep(0.2)
+    hopgym.send_signal(signal.SIGTERM)
+    assert hopgym.wait(timeout=30) == 130
+    assert not is_ready(api_base)
