@@ -6,6 +6,7 @@ import argparse
 import importlib
 import signal
 import sys
+import threading
 
 from hopgym.errors import HopgymError
 
@@ -39,7 +40,8 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+        signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         return int(args.func(args) or 0)
     except HopgymError as exc:
