@@ -162,6 +162,9 @@ class ModelClient:
         import openai  # installed with litellm; its error class is the base of every litellm error
 
         self._error_base = openai.OpenAIError
+        # The first request would import openai's ~450 resource modules lazily, inside the event loop,
+        # stalling every concurrent episode for about half a second; import them now instead.
+        import openai.resources.chat
 
     async def complete(
         self,

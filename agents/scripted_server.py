@@ -103,6 +103,9 @@ class _Handler(BaseHTTPRequestHandler):
 
 class _ScriptedHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
+    # socketserver's backlog of 5 drops the connections of a concurrent burst; each dropped SYN costs the
+    # client a 1 s retransmit. Model servers (uvicorn, llama-cpp's) listen with a backlog of 2048.
+    request_queue_size = 2048
 
     def __init__(self, script: Script) -> None:
         super().__init__(("127.0.0.1", 0), _Handler)

@@ -1,21 +1,27 @@
 """The eval runner's own cost (env + runner + litellm client) per model turn, and local-model throughput.
 
 Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_runner.py [--episodes N]
-[--concurrency K] [--turn-seconds S] [--local N]``. Prints one JSON object.
+[--concurrency K] [--turn-seconds S] [--jitter J] [--local N]``. Prints one JSON object.
 
-* ``zero_latency``: a scripted server (in its own process, so it does not share the runner's GIL) answers
-  at once; fc episodes of two turns (one real sandboxed tool call, then an answer). Turns per second is
-  the most the runner can drive.
-* ``realistic``: the same with every reply delayed ``--turn-seconds`` (default 1 s, a realistic model
-  turn) at ``--concurrency`` (default 32). The overhead per turn is an episode's wall time minus the
-  model's delays, per turn, split into the model client's share (litellm, HTTP) and the env + runner's
-  share (sandboxed steps, records); target <= 5 % of the turn.
+Episodes are fc episodes of two turns (one real sandboxed tool call, then an answer) against a scripted
+server in its own process (so it does not share the runner's GIL).
+
+* ``zero_latency``: the server answers at once. Turns per second is the most the runner can drive.
+* ``realistic``: every reply takes a model turn of ``--turn-seconds`` (default 1 s) spread uniformly by
+  +-``--jitter`` (default 0.5: 0.5-1.5 s, as replies of different lengths take), at ``--concurrency``
+  (default 32). The overhead per turn is an episode's wall time minus the model's delays, per turn, split
+  into the model client's share (litellm, HTTP) and the env + runner's share (sandboxed steps, records).
+  ``steady`` covers the episodes after the first wave of ``concurrency`` ones, which is what a long run
+  pays per turn (target <= 5 % of the turn); the first wave also pays the start: every episode's first
+  request is built at the same moment, one after another on the event loop.
+* ``lock_step``: the same without jitter, every episode in step: the worst case for the event loop.
 * ``local`` (with ``--local N``): N fc episodes with the embedded SmolLM2 server, episodes per minute.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import multiprocessing
 import statistics
@@ -30,11 +36,23 @@ from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 
 
-def two_turn_policy(delay: float):
+def turn_delay(question: str, turn: int, mean: float, jitter: float) -> float:
+    """The model delay of one turn: ``mean`` spread uniformly by +-``jitter`` (a fraction), as a pure
+    function of the episode's question and the turn number, so the benchmark can subtract it again."""
+    digest = hashlib.sha256(f"{turn}:{question}".encode()).digest()
+    unit = int.from_bytes(digest[:8], "big") / 2**64
+    return mean * (1 - jitter + 2 * jitter * unit)
+
+
+def two_turn_policy(mean: float, jitter: float):
     """First turn: call the first offered tool with every required parameter set; then answer."""
 
     def policy(request: dict[str, Any]) -> ScriptedReply:
-        if any(message["role"] == "tool" for message in request["messages"]):
+        messages = request["messages"]
+        question = next(message["content"] for message in messages if message["role"] == "user")
+        turn = sum(message["role"] == "assistant" for message in messages)
+        delay = turn_delay(question, turn, mean, jitter)
+        if any(message["role"] == "tool" for message in messages):
             return ScriptedReply(content="I do not know", delay=delay)
         function = request["tools"][0]["function"]
         arguments = {name: "x" for name in function["parameters"].get("required", [])}
@@ -43,16 +61,22 @@ def two_turn_policy(delay: float):
     return policy
 
 
-def _serve(delay: float, address: Any, stop: Any) -> None:
-    with ScriptedModelServer(two_turn_policy(delay)) as server:
+def _serve(mean: float, jitter: float, address: Any, stop: Any) -> None:
+    with ScriptedModelServer(two_turn_policy(mean, jitter)) as server:
         address.put(server.api_base)
         stop.wait()
 
 
-def measure(episodes: int, concurrency: int, delay: float) -> dict[str, Any]:
+def model_delays(record: dict[str, Any], mean: float, jitter: float) -> float:
+    """The seconds the scripted server slept over one recorded episode."""
+    question = next(message["content"] for message in record["messages"] if message["role"] == "user")
+    return sum(turn_delay(question, turn, mean, jitter) for turn in range(record["turns"]))
+
+
+def measure(episodes: int, concurrency: int, delay: float, jitter: float = 0.0) -> dict[str, Any]:
     context = multiprocessing.get_context("fork")
     address, stop = context.Queue(), context.Event()
-    server = context.Process(target=_serve, args=(delay, address, stop), daemon=True)
+    server = context.Process(target=_serve, args=(delay, jitter, address, stop), daemon=True)
     server.start()
     try:
         api_base = address.get(timeout=30)
@@ -64,32 +88,50 @@ def measure(episodes: int, concurrency: int, delay: float) -> dict[str, Any]:
                 limit=episodes,
                 progress=False,
             )
+            run = EvalRun(config)  # made outside the clock: importing litellm takes seconds
             started = time.perf_counter()
-            EvalRun(config).run()
+            run.run()
             wall = time.perf_counter() - started
             records = read_episodes(config.out / "episodes.jsonl")
     finally:
         stop.set()
         server.join(timeout=10)
     turns = sum(record["turns"] for record in records)
-    overhead_ms = [(r["latency_ms"] - 1000 * delay * r["turns"]) / r["turns"] for r in records]
-    client_ms = [(r["agent"]["model_latency_ms"] - 1000 * delay * r["turns"]) / r["turns"] for r in records]
-    env_runner_ms = [(r["latency_ms"] - r["agent"]["model_latency_ms"]) / r["turns"] for r in records]
     result = {
         "episodes": len(records),
         "errors": sum(record["error"] is not None for record in records),
         "concurrency": concurrency,
         "model_delay_s": delay,
+        "model_delay_jitter": jitter,
         "wall_s": round(wall, 2),
         "turns_per_s": round(turns / wall, 1),
-        "overhead_per_turn_median_ms": round(statistics.median(overhead_ms), 1),
-        "overhead_per_turn_mean_ms": round(statistics.fmean(overhead_ms), 1),
-        "of_which_model_client_mean_ms": round(statistics.fmean(client_ms), 1),
-        "of_which_env_and_runner_mean_ms": round(statistics.fmean(env_runner_ms), 1),
+        "all": overhead(records, delay, jitter),
+    }
+    later = [record for record in records if record["index"] >= concurrency]
+    if later:
+        result["steady"] = overhead(later, delay, jitter)
+    return result
+
+
+def overhead(records: list[dict[str, Any]], delay: float, jitter: float) -> dict[str, Any]:
+    """Per-turn overhead of these episodes: wall time minus the model's delays, and its two shares."""
+    total, client, env_runner = [], [], []
+    for record in records:
+        slept_ms = 1000 * model_delays(record, delay, jitter)
+        model_ms, turns = record["agent"]["model_latency_ms"], record["turns"]
+        total.append((record["latency_ms"] - slept_ms) / turns)
+        client.append((model_ms - slept_ms) / turns)
+        env_runner.append((record["latency_ms"] - model_ms) / turns)
+    figures = {
+        "episodes": len(records),
+        "overhead_per_turn_median_ms": round(statistics.median(total), 1),
+        "overhead_per_turn_mean_ms": round(statistics.fmean(total), 1),
+        "of_which_model_client_mean_ms": round(statistics.fmean(client), 1),
+        "of_which_env_and_runner_mean_ms": round(statistics.fmean(env_runner), 1),
     }
     if delay:
-        result["overhead_fraction_of_turn"] = round(result["overhead_per_turn_mean_ms"] / (1000 * delay), 4)
-    return result
+        figures["overhead_fraction_of_turn"] = round(figures["overhead_per_turn_mean_ms"] / (1000 * delay), 4)
+    return figures
 
 
 def measure_local(episodes: int) -> dict[str, Any]:
@@ -128,15 +170,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--episodes", type=int, default=96)
+    parser.add_argument("--episodes", type=int, default=100)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--turn-seconds", type=float, default=1.0)
+    parser.add_argument("--jitter", type=float, default=0.5, help="spread of a turn, as a fraction of it")
     parser.add_argument("--local", type=int, default=0, help="also run N episodes with the local model")
     parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args()
     report = {
         "zero_latency": measure(args.episodes, args.concurrency, 0.0),
-        "realistic": measure(args.episodes, args.concurrency, args.turn_seconds),
+        "realistic": measure(args.episodes, args.concurrency, args.turn_seconds, args.jitter),
+        "lock_step": measure(args.episodes, args.concurrency, args.turn_seconds),
     }
     if args.local:
         report["local"] = measure_local(args.local)

@@ -10,9 +10,11 @@ started as root under bwrap or namespaces, drops to an unprivileged uid for real
 from __future__ import annotations
 
 import ctypes
+import functools
 import importlib.util
 import json
 import os
+import py_compile
 import shutil
 import stat
 import sys
@@ -133,10 +135,22 @@ def worker_command(plan: IsolationPlan, limits: WorkerLimits, policy: str | None
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
         "python_path": python_path,
     }
-    python = [sys.executable, "-I", "-S", "-B", str(WORKER_SCRIPT), json.dumps(config)]
+    python = [sys.executable, "-I", "-S", "-B", worker_program(), json.dumps(config)]
     if plan.level != "bwrap":
         return python
     return [*_bwrap_arguments(reachable, limits), "--", *python]
+
+
+@functools.cache
+def worker_program() -> str:
+    """What the worker's interpreter runs: ``worker.py`` compiled afresh into its ``__pycache__`` (compiling
+    the source costs about 7 ms of every worker start), or the source itself where that folder is read-only;
+    both run the same code."""
+    compiled = importlib.util.cache_from_source(str(WORKER_SCRIPT))
+    try:
+        return py_compile.compile(str(WORKER_SCRIPT), cfile=compiled, doraise=True)
+    except (OSError, py_compile.PyCompileError):
+        return str(WORKER_SCRIPT)
 
 
 def _bwrap_arguments(reachable: list[str], limits: WorkerLimits) -> list[str]:

@@ -103,7 +103,7 @@ class ProcessSandbox(PooledSandbox):
         seccomp: bool = True,
         policy: str | None = None,
         timeout: float = 5.0,
-        spares: int = 2,
+        spares: int = 1,
         memory_mb: int = 512,
         cpu_seconds: int = 60,
         file_mb: int = 16,

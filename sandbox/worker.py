@@ -3,9 +3,9 @@
 Runnable as a plain script with the standard library (plus the libseccomp C library when seccomp is asked
 for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="restricted"``); it never
 imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
-Usage: ``python -I -S -B worker.py CONFIG_JSON``; ``-S`` keeps start-up short, and ``python_path`` in the
-config lists the directories to import RestrictedPython from. The config keys are built by
-``isolation.worker_command``: namespaces, hidden_mounts, tmp_mounts, tmpfs_bytes, drop_uid, seccomp,
+Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
+and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
+built by ``isolation.worker_command``: namespaces, hidden_mounts, tmp_mounts, tmpfs_bytes, drop_uid, seccomp,
 rlimits, policy, python_path, output_cap, result_cap.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
@@ -267,7 +267,10 @@ def load_policy(name: str | None):
         return PlainPolicy()
     import importlib.util
 
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "policy.py")
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.basename(here) == "__pycache__":  # run from its compiled form (see isolation.worker_program)
+        here = os.path.dirname(here)
+    path = os.path.join(here, "policy.py")
     spec = importlib.util.spec_from_file_location("hopgym_worker_policy", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

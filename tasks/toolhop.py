@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -101,9 +102,22 @@ def load_toolhop(data_path: str | os.PathLike[str] | None = None) -> list[Task]:
     """Load every ToolHop task from ``data_path`` or the default location (see ``resolve_toolhop_path``).
 
     For subset rows the upstream index is ``source_id``; for the official list it is the row position.
+    Parsed tasks are cached per file version (path, size, mtime): a runner makes one env per concurrent
+    episode, and parsing every tool's code once per env would dominate its start.
     """
-    rows = read_rows(resolve_toolhop_path(data_path))
-    tasks = [task_from_row(row, int(row.get("source_id", position))) for position, row in enumerate(rows)]
+    path = resolve_toolhop_path(data_path).resolve()
+    try:
+        stat = path.stat()
+    except OSError as exc:
+        raise DataError(f"cannot read ToolHop data {str(path)!r}: {exc}") from exc
+    return list(_parse_toolhop_file(path, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=4)
+def _parse_toolhop_file(path: Path, size: int, mtime_ns: int) -> tuple[Task, ...]:
+    """The tasks of one file version; ``size`` and ``mtime_ns`` are only the cache key."""
+    rows = enumerate(read_rows(path))
+    tasks = tuple(task_from_row(row, int(row.get("source_id", position))) for position, row in rows)
     if not tasks:
         raise DataError("the ToolHop data file holds no rows")
     return tasks

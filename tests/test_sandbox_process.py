@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import marshal
 import os
+import py_compile
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,7 +13,7 @@ import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import Sandbox, make_sandbox
-from hopgym.sandbox.isolation import hidden_ancestors, reachable_paths
+from hopgym.sandbox.isolation import WORKER_SCRIPT, hidden_ancestors, reachable_paths, worker_program
 from hopgym.sandbox.process import ProcessSandbox
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
@@ -247,3 +249,20 @@ def test_the_interpreter_is_reachable_but_nothing_else_of_its_hidden_home(sandbo
     result = sandbox.call("probe", {"homes": sorted(hidden)})
     assert result.status == "ok", result.error
     assert result.value == visible
+
+
+def test_workers_run_the_compiled_worker_and_it_matches_the_source(sandbox: Sandbox) -> None:
+    program = Path(worker_program())
+    assert program.suffix == ".pyc" and program.parent.name == "__pycache__"
+    code = marshal.loads(program.read_bytes()[16:])  # after the 16-byte pyc header
+    assert code.co_consts == compile(WORKER_SCRIPT.read_text(), str(WORKER_SCRIPT), "exec").co_consts
+    sandbox.load(["def ok():\n    return 'ok'"])
+    assert sandbox.call("ok", {}).value == "ok"
+
+
+def test_a_read_only_install_runs_the_worker_from_source(monkeypatch: pytest.MonkeyPatch) -> None:
+    def read_only(*args: object, **kwargs: object) -> str:
+        raise PermissionError(13, "Permission denied", str(WORKER_SCRIPT.parent / "__pycache__"))
+
+    monkeypatch.setattr(py_compile, "compile", read_only)
+    assert worker_program.__wrapped__() == str(WORKER_SCRIPT)

@@ -148,6 +148,18 @@ def test_jsonl_and_json_list_give_the_same_tasks(tmp_path):
     assert [t.tools for t in from_list] == [t.tools for t in from_lines]
 
 
+def test_loading_a_file_again_reuses_its_tasks_until_the_file_changes(tmp_path):
+    rows = json.loads(FIXTURE.read_text())
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(dict(rows[0], id="first")) + "\n")
+    first, again = load_toolhop(path), load_toolhop(str(path))
+    assert first[0] is again[0]  # parsed once, shared by every env of a run
+    again.clear()  # each caller gets its own list
+    assert [task.id for task in load_toolhop(path)] == ["first"]
+    path.write_text("".join(json.dumps(dict(row, id=f"new{i}")) + "\n" for i, row in enumerate(rows)))
+    assert [task.id for task in load_toolhop(path)] == ["new0", "new1"]
+
+
 def test_bad_files_raise_data_errors(tmp_path):
     with pytest.raises(DataError, match="is not a file"):
         load_toolhop(tmp_path / "missing.json")
