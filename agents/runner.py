@@ -28,6 +28,7 @@ from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.errors import ConfigError, HopgymError, ModelError
+from hopgym.sandbox.base import Sandbox
 
 RUN_FILE = "run.json"
 SUMMARY_JSON = "summary.json"
@@ -76,12 +77,17 @@ class EnvPool:
         self.envs: list[gym.Env] = [first]
 
     async def fill(self) -> None:
-        """Make every env before the episodes start, so making them never slows running episodes."""
+        """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
+        start: neither then slows the first episodes down."""
         while self._created < self._size:
             self._created += 1
             env = await self._in_thread(self._make_env)
             self.envs.append(env)
             self._idle.put_nowait(env)
+        for env in self.envs:
+            sandbox = getattr(env.unwrapped, "sandbox", None)
+            if isinstance(sandbox, Sandbox):
+                await self._in_thread(sandbox.wait_until_warm)
 
     async def acquire(self) -> gym.Env:
         if self._idle.empty() and self._created < self._size:

@@ -91,6 +91,19 @@ class WorkerPool:
             self._condition.notify_all()
             return worker
 
+    def wait_until_warm(self, timeout: float) -> None:
+        """Block until every spare is ready. A failed start is left for :meth:`acquire` to raise."""
+        deadline = time.monotonic() + timeout
+        with self._condition:
+            while len(self._ready) < self._spares and self._error is None and not self._closed:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise SandboxError(
+                        f"{self._spares - len(self._ready)} of {self._spares} spare sandbox workers "
+                        f"were not ready after {timeout} s"
+                    )
+                self._condition.wait(remaining)
+
     def close(self) -> None:
         """Stop the refill threads and every spare."""
         with self._condition:

@@ -49,6 +49,9 @@ class PooledSandbox(Sandbox):
     def isolation(self) -> str:
         return self._isolation
 
+    def wait_until_warm(self, timeout: float = 60.0) -> None:
+        self._pool.wait_until_warm(timeout)
+
     @property
     def worker_info(self) -> dict[str, Any]:
         """The current worker's ready message (uid, seccomp, rlimits ...), for checks and reports."""
