@@ -120,7 +120,10 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
 
-    def __init__(self) -> None:
+    def __init__(self, max_turns: int) -> None:
+        if not isinstance(max_turns, int) or max_turns < 1:
+            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
+        self.max_turns = max_turns
         self.sandbox: Sandbox | None = None
         self._owns_sandbox = False
         self.observation_space = ChatObservationSpace()
@@ -146,6 +149,18 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _observation(self) -> dict[str, Any]:
         return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+
+    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The step's ``info``: :meth:`_progress_info` plus what the env adds."""
+        raise NotImplementedError
+
+    def _turn_ran_tools(
+        self, records: list[dict[str, Any]]
+    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """The step result of a turn whose calls ran: no reward yet, truncated once ``max_turns`` is spent."""
+        truncated = self._turns >= self.max_turns
+        self._done = truncated
+        return self._observation(), 0.0, False, truncated, self._info(records)
 
     def _progress_info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The ``info`` keys every env reports after each step."""

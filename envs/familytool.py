@@ -111,12 +111,9 @@ class FamilyToolEnv(ChatToolEnv):
             raise ConfigError(f"kg must be one of {', '.join(KG_MODES)}, got {kg!r}")
         if extraction not in EXTRACTION_MODES:
             raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {extraction!r}")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
-        super().__init__()
+        super().__init__(max_turns)
         self.variant = variant
         self.kg_mode = kg
-        self.max_turns = max_turns
         self.feedback = check_feedback_mode(feedback)
         self.reading = check_reading(reading)
         self.extraction = extraction
@@ -204,9 +201,7 @@ class FamilyToolEnv(ChatToolEnv):
             )
             return self._observation(), metrics["tool_em"], True, False, info
         records = [self._run_call(call, call_id) for call, call_id in zip(calls, ids, strict=True)]
-        truncated = self._turns >= self.max_turns
-        self._done = truncated
-        return self._observation(), 0.0, False, truncated, self._info(records)
+        return self._turn_ran_tools(records)
 
     def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
         """A call of the final message: validated and recorded, never executed."""

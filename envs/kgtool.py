@@ -81,13 +81,10 @@ class KGToolEnv(ChatToolEnv):
     ) -> None:
         if kg not in KG_NAMES:
             raise ConfigError(f"unknown kg {kg!r}; valid: {', '.join(KG_NAMES)}")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         if not isinstance(n_distractors, int) or n_distractors < 0:
             raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
-        super().__init__()
+        super().__init__(max_turns)
         self.feedback = check_feedback_mode(feedback)
-        self.max_turns = max_turns
         self.n_distractors = n_distractors
         self._seed = seed
         self._call_timeout = call_timeout
@@ -176,9 +173,7 @@ class KGToolEnv(ChatToolEnv):
             info["answer_ids"] = list(self._task.answers)
             return self._observation(), float(score.correct), True, False, info
         records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
-        truncated = self._turns >= self.max_turns
-        self._done = truncated
-        return self._observation(), 0.0, False, truncated, self._info(records)
+        return self._turn_ran_tools(records)
 
     def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
         assert self.sandbox is not None

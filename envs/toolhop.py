@@ -45,15 +45,12 @@ class ToolHopEnv(ChatToolEnv):
     ) -> None:
         if scenario not in SCENARIOS:
             raise ConfigError(f"unknown scenario {scenario!r}; valid scenarios: {list(SCENARIOS)}")
-        if not isinstance(max_turns, int) or max_turns < 1:
-            raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         self.scenario = scenario
         self.feedback = check_feedback_mode(feedback)
-        self.max_turns = max_turns
         self.scorer_name = scorer
         self._score = get_scorer(scorer)
         self._call_timeout = call_timeout
-        super().__init__()
+        super().__init__(max_turns)
         self.tasks: list[Task] = load_toolhop(data_path)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
@@ -107,9 +104,7 @@ class ToolHopEnv(ChatToolEnv):
             return self._observation(), float(correct), True, False, info
 
         records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
-        truncated = self._turns >= self.max_turns
-        self._done = truncated
-        return self._observation(), 0.0, False, truncated, self._info(records)
+        return self._turn_ran_tools(records)
 
     def _step_code(
         self, action: Mapping[str, Any], code: str
@@ -124,9 +119,7 @@ class ToolHopEnv(ChatToolEnv):
         self._calls_made += len(records)
         self._tool_result_seen = self._tool_result_seen or bool(records)
         self._messages.append({"role": "user", "content": text})
-        truncated = self._turns >= self.max_turns
-        self._done = truncated
-        return self._observation(), 0.0, False, truncated, self._info(records)
+        return self._turn_ran_tools(records)
 
     def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
         call_id, name, raw_arguments = call_fields(call, fallback_id)

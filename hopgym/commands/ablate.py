@@ -60,12 +60,12 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, setting) is not None:
         raise ConfigError(f"the {name} ablation varies {_VARIED_FLAG[name]}; do not pass it")
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
-    with eval_command._model_endpoint(args) as endpoint:
+    with eval_command.model_endpoint(args) as endpoint:
         base = EvalConfig(
             out=out,
             model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
             env_id=args.env,
-            env_kwargs=eval_command._env_kwargs(args),
+            env_kwargs=eval_command.env_kwargs_from(args),
             agent=args.agent or "fc",
             agent_options=eval_command.parse_key_values(args.agent_arg, "--agent-arg"),
             concurrency=args.concurrency,

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
     rows = read_query_rows(args.input, args.limit)
-    with eval_command._model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
+    with eval_command.model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
         settings = {
             "input": str(args.input),
             "model": args.model,

@@ -70,7 +70,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _env_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The env's keyword arguments from ``--env-arg`` and the shortcuts (``--data``, ``--scenario`` ...)."""
     kwargs = parse_key_values(args.env_arg, "--env-arg")
     for key, value in (("data_path", args.data), ("scenario", args.scenario), ("feedback", args.feedback)):
         if value is not None:
@@ -84,7 +85,7 @@ def _default_out(args: argparse.Namespace) -> Path:
 
 
 @contextlib.contextmanager
-def _model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
+def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """ModelConfig fields naming the model and its server; ``local`` runs the embedded server meanwhile."""
     if args.model != "local":
         yield {
@@ -114,12 +115,12 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.agents.runner import EvalConfig, EvalRun
     from hopgym.agents.summary import markdown_table, run_title
 
-    with _model_endpoint(args) as endpoint:
+    with model_endpoint(args) as endpoint:
         config = EvalConfig(
             out=Path(args.out) if args.out else _default_out(args),
             model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
             env_id=args.env,
-            env_kwargs=_env_kwargs(args),
+            env_kwargs=env_kwargs_from(args),
             agent=args.agent,
             agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
             concurrency=args.concurrency,
