@@ -10,7 +10,7 @@ import importlib.util
 import sys
 from pathlib import Path
 
-from hopgym.agents.server_process import ServerProcess, free_port
+from hopgym.agents.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
 LOCAL_MODEL = "local"
@@ -69,12 +69,11 @@ def local_server(
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(f"llama-cpp-python is not installed: {INSTALL_HINT}")
     model_path = find_local_model()
-    port = port or free_port()
-    return ServerProcess(
+    return ServerProcess.on_loopback(
         "llama-cpp-server",
-        local_server_command(model_path, port, n_ctx, threads),
-        api_base=f"http://127.0.0.1:{port}/v1",
-        startup_timeout=startup_timeout,
+        lambda free: local_server_command(model_path, free, n_ctx, threads),
+        port,
+        startup_timeout,
     )
 
 

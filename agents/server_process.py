@@ -15,7 +15,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from hopgym.errors import ModelError
@@ -56,6 +56,18 @@ class ServerProcess:
         self._env = {**os.environ, **(env or {})}
         self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"hopgym-{name}-", suffix=".log")[1])
         self._process: subprocess.Popen[bytes] | None = None
+
+    @classmethod
+    def on_loopback(
+        cls,
+        name: str,
+        command_for_port: Callable[[int], Sequence[str]],
+        port: int | None,
+        startup_timeout: float,
+    ) -> ServerProcess:
+        """An OpenAI-compatible server on 127.0.0.1 at ``port`` (a free one when None), serving under /v1."""
+        port = port or free_port()
+        return cls(name, command_for_port(port), f"http://127.0.0.1:{port}/v1", startup_timeout)
 
     def start(self) -> ServerProcess:
         """Launch the command and wait until the server answers, or raise ModelError with its log tail."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hopgym.agents.server_process import ServerProcess, free_port
+from hopgym.agents.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
 # (substring of the lower-cased model name, vLLM tool-call parser); the first match wins, so the more
@@ -75,12 +75,8 @@ def vllm_server(
     startup_timeout: float = 1800.0,
 ) -> ServerProcess:
     """A not-yet-started vLLM server (loading weights can take many minutes, hence the long timeout)."""
-    port = port or free_port()
-    return ServerProcess(
-        "vllm",
-        vllm_command(model, port, tool_call_parser, extra_args),
-        api_base=f"http://127.0.0.1:{port}/v1",
-        startup_timeout=startup_timeout,
+    return ServerProcess.on_loopback(
+        "vllm", lambda free: vllm_command(model, free, tool_call_parser, extra_args), port, startup_timeout
     )
 
 

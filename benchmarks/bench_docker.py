@@ -20,14 +20,13 @@ import time
 from typing import Any
 
 import gymnasium as gym
+from _timing import TOOL, time_warm_calls
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
 from hopgym.commands.demo import schema_arguments
 from hopgym.sandbox import Sandbox, make_sandbox
 
 BACKENDS = ("process", "docker")
-TOOL = "def lookup(name, field='capital'):\n    return {'name': name, field: name.upper()}\n"
-ARGUMENTS = {"name": "france", "field": "capital"}
 DOCKER_WARM_CALL_TARGET_MS = 3.0
 
 
@@ -63,21 +62,7 @@ def episode_loads(spec: str, loads: int) -> dict[str, float]:
 
 def warm_calls(spec: str, count: int) -> dict[str, float]:
     with open_sandbox(spec) as sandbox:
-        sandbox.load([TOOL])
-        for _ in range(50):
-            sandbox.call("lookup", ARGUMENTS)
-        latencies = []
-        for _ in range(count):
-            started = time.perf_counter()
-            result = sandbox.call("lookup", ARGUMENTS)
-            latencies.append((time.perf_counter() - started) * 1000)
-            assert result.status == "ok", result
-    ordered = sorted(latencies)
-    return {
-        "median_ms": statistics.median(latencies),
-        "p90_ms": ordered[int(0.9 * len(ordered))],
-        "calls": count,
-    }
+        return time_warm_calls(sandbox, count)
 
 
 def full_pass(spec: str) -> dict[str, Any]:

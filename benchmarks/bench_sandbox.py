@@ -21,32 +21,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _timing import ARGUMENTS, TOOL, time_warm_calls
+
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop import load_toolhop
-
-TOOL = "def lookup(name, field='capital'):\n    return {'name': name, field: name.upper()}\n"
-ARGUMENTS = {"name": "france", "field": "capital"}
 
 
 def warm_round_trips(isolation: str, count: int) -> dict[str, float]:
     """Median and p90 of ``count`` warm calls, and the peak RSS of the worker processes afterwards."""
     with make_sandbox("process", isolation=isolation) as sandbox:
-        sandbox.load([TOOL])
-        for _ in range(50):
-            sandbox.call("lookup", ARGUMENTS)
-        latencies = []
-        for _ in range(count):
-            started = time.perf_counter()
-            result = sandbox.call("lookup", ARGUMENTS)
-            latencies.append((time.perf_counter() - started) * 1000)
-            assert result.status == "ok", result
+        figures = time_warm_calls(sandbox, count)
         worker_rss = worker_peak_rss_mb()
-    return {
-        "median_ms": statistics.median(latencies),
-        "p90_ms": _percentile(latencies, 0.9),
-        "calls": count,
-        "worker_peak_rss_mb": worker_rss,
-    }
+    return {**figures, "worker_peak_rss_mb": worker_rss}
 
 
 def fresh_python_calls(count: int) -> dict[str, float]:
@@ -146,11 +132,6 @@ def worker_peak_rss_mb() -> float:
 def host_peak_rss_mb() -> float:
     """ru_maxrss is in KiB on Linux."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def main() -> None:
