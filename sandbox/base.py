@@ -83,7 +83,7 @@ class Sandbox(ABC):
     def close(self) -> None:
         """Stop every worker; the sandbox is unusable afterwards."""
 
-    def wait_until_warm(self, timeout: float = 60.0) -> None:
+    def wait_until_warm(self, timeout: float | None = None) -> None:
         """Block until the workers kept ready for later episodes have started (at once where none are
         kept), so that a run can start its episodes without sharing the CPU with their start-up."""
         return  # a backend without pre-started workers is always warm

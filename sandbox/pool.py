@@ -91,13 +91,14 @@ class WorkerPool:
             self._condition.notify_all()
             return worker
 
-    def wait_until_warm(self, timeout: float) -> None:
-        """Block until every spare is ready. A failed start is left for :meth:`acquire` to raise."""
-        deadline = time.monotonic() + timeout
+    def wait_until_warm(self, timeout: float | None = None) -> None:
+        """Block until every spare is ready (each start has its own time limit, so this ends without a
+        ``timeout`` too). A failed start is left for :meth:`acquire` to raise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
         with self._condition:
             while len(self._ready) < self._spares and self._error is None and not self._closed:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
                     raise SandboxError(
                         f"{self._spares - len(self._ready)} of {self._spares} spare sandbox workers "
                         f"were not ready after {timeout} s"

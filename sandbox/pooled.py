@@ -49,7 +49,7 @@ class PooledSandbox(Sandbox):
     def isolation(self) -> str:
         return self._isolation
 
-    def wait_until_warm(self, timeout: float = 60.0) -> None:
+    def wait_until_warm(self, timeout: float | None = None) -> None:
         self._pool.wait_until_warm(timeout)
 
     @property
