@@ -5,7 +5,6 @@ ToolHop-v0 and a scripted oracle solves it."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,12 +18,9 @@ from hopgym.agents.construct_verify import check_execution, check_signature, par
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
+from tests.shared_data import SUBSET, needs_data
 
-SUBSET = Path(os.environ.get("HOPGYM_DATA") or "/nonexistent") / "toolhop" / "toolhop_subset100.jsonl"
-needs_subset = pytest.mark.skipif(
-    not SUBSET.is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (toolhop/toolhop_subset100.jsonl)",
-)
+needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 
 # question -> (tool name, input parameter, input value, answer)
 HOPS = {

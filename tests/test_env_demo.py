@@ -5,19 +5,13 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-from pathlib import Path
-
-import pytest
 
 from hopgym.commands.demo import placeholder, schema_arguments
 from hopgym.envs.validation import ToolValidator
 from hopgym.tasks.toolhop import load_toolhop
+from tests.shared_data import SUBSET, needs_data
 
-SUBSET = Path(os.environ.get("HOPGYM_DATA", "/nonexistent")) / "toolhop" / "toolhop_subset100.jsonl"
-needs_subset = pytest.mark.skipif(
-    not SUBSET.is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (toolhop/toolhop_subset100.jsonl)",
-)
+needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 
 
 def test_placeholders_respect_schema_bounds():

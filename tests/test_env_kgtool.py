@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -18,12 +16,9 @@ from hopgym.sandbox import make_sandbox
 from hopgym.tasks.fol import PATTERN_NAMES
 from hopgym.tasks.kg2tool_export import answer_text
 from hopgym.tasks.kg2tool_model import read_tasks
+from tests.shared_data import needs_data
 
-DATA = Path(os.environ.get("HOPGYM_DATA", "/nonexistent"))
-pytestmark = pytest.mark.skipif(
-    not (DATA / "fb15k-237" / "train2id.txt").is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (fb15k-237/)",
-)
+pytestmark = needs_data("fb15k-237/train2id.txt")
 PER_PATTERN = 200
 
 

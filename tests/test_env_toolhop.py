@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import gymnasium as gym
@@ -15,14 +14,11 @@ from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
+from tests.shared_data import SUBSET, needs_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "toolhop"
 MISBEHAVING = FIXTURES / "misbehaving.jsonl"
-SUBSET = Path(os.environ.get("HOPGYM_DATA", "/nonexistent")) / "toolhop" / "toolhop_subset100.jsonl"
-needs_subset = pytest.mark.skipif(
-    not SUBSET.is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (toolhop/toolhop_subset100.jsonl)",
-)
+needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 
 
 def tool_call(name, arguments, call_id="c1"):

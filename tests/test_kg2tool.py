@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-from pathlib import Path
 
 import pytest
 
@@ -15,12 +13,9 @@ from hopgym.tasks.fol import PATTERN_NAMES, execute
 from hopgym.tasks.kg2tool import NEGATION, load_kg_source, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import read_tasks, task_from_record, write_tasks
 from hopgym.tasks.kg_tools import committed_tools
+from tests.shared_data import DATA, needs_data
 
-DATA = Path(os.environ.get("HOPGYM_DATA", "/nonexistent"))
-pytestmark = pytest.mark.skipif(
-    not (DATA / "fb15k-237" / "train2id.txt").is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (fb15k-237/)",
-)
+pytestmark = needs_data("fb15k-237/train2id.txt")
 # Calls a solution needs per pattern: one per projection, one per union or intersection of several
 # positive branches, one per complement.
 CALLS = {

@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import random
-from pathlib import Path
 
 import pytest
 
@@ -26,12 +24,9 @@ from hopgym.tasks.kg2tool_export import (
     read_trajectory,
     validate_record,
 )
+from tests.shared_data import needs_data
 
-DATA = Path(os.environ.get("HOPGYM_DATA", "/nonexistent"))
-pytestmark = pytest.mark.skipif(
-    not (DATA / "fb15k-237" / "train2id.txt").is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (fb15k-237/)",
-)
+pytestmark = needs_data("fb15k-237/train2id.txt")
 PATTERNS = ["1p", "3p", "2i", "ip", "up", "3in", "pni"]
 
 

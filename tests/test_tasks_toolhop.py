@@ -16,14 +16,11 @@ from hopgym.tasks import toolhop_data
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop import load_toolhop
+from tests.shared_data import SUBSET, needs_data
 
 FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
 DATA_ROOT = os.environ.get("HOPGYM_DATA")
-SUBSET = Path(DATA_ROOT or "/nonexistent") / "toolhop" / "toolhop_subset100.jsonl"
-needs_subset = pytest.mark.skipif(
-    not SUBSET.is_file() and os.environ.get("CI") != "true",
-    reason="HOPGYM_DATA does not point at the shared data (toolhop/toolhop_subset100.jsonl)",
-)
+needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 
 
 @pytest.fixture(scope="module")
