@@ -6,7 +6,8 @@
 # The build is portable: GGML_NATIVE=OFF compiles the x86-64 AVX2/FMA/F16C kernels instead of whatever the
 # build machine's CPU reports (-march=native once produced AMX code that crashed on a VM whose kernel does
 # not grant AMX tile state). The cache is keyed by everything that changes the binary: the llama version,
-# the CMake flags, the machine architecture, the compiler and the Python ABI (the wheel's own tag).
+# the CMake flags, the machine architecture and the compiler (the wheel is py3-none: it loads its library
+# through ctypes, so the Python version does not change it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY="${1:-.venv/bin/python}"
@@ -17,8 +18,7 @@ key="$(printf '%s\n' "$LLAMA_VERSION" "$LLAMA_CMAKE_ARGS" "$(uname -m)" "$compil
 WHEELS="${HOPGYM_WHEEL_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hopgym/wheels}/llama-$LLAMA_VERSION-$key"
 mkdir -p "$WHEELS"
 
-abi="$("$PY" -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")')"
-if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-"$abi"-*.whl >/dev/null 2>&1; then
+if ! ls "$WHEELS"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
     echo "building llama-cpp-python $LLAMA_VERSION, portable kernels (once; cached in $WHEELS)" >&2
     CMAKE_ARGS="$LLAMA_CMAKE_ARGS" CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" "$PY" -m pip wheel --quiet --no-deps \
         --no-binary llama-cpp-python --wheel-dir "$WHEELS" "llama-cpp-python==$LLAMA_VERSION"
