@@ -13,10 +13,12 @@ import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import Sandbox, make_sandbox
-from hopgym.sandbox.isolation import WORKER_SCRIPT, hidden_ancestors, reachable_paths, worker_program
+from hopgym.sandbox import isolation
+from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def require_level(level: str) -> None:
@@ -235,20 +237,22 @@ def test_a_source_that_hangs_while_loading_costs_only_the_load(sandbox: Sandbox)
     assert sandbox.call("add", {"a": 1}).value == 2
 
 
-def test_the_interpreter_is_reachable_but_nothing_else_of_its_hidden_home(sandbox: Sandbox) -> None:
-    hidden = hidden_ancestors(reachable_paths())
-    visible = {
-        home: sorted({Path(path).relative_to(home).parts[0] for path in paths})
-        for home, paths in hidden.items()
-    }
+def test_the_worker_sees_only_its_view(sandbox: Sandbox) -> None:
+    """The interpreter (even under a 0700 home), the system libraries and the worker's folder; not the data,
+    the repository, home directories or the host's /dev/shm."""
+    view = worker_view()
+    tops = {Path(path).parts[1] for path in view.binds} | {Path(path).name for path, _ in view.symlinks}
     probe = (
-        "def probe(homes):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3\n"
-        "    return {home: sorted(os.listdir(home)) for home in homes}"
+        "def probe(paths):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3, ctypes\n"
+        "    return [sorted(os.listdir('/')), [os.path.exists(path) for path in paths]]"
     )
+    hidden = [os.environ.get("HOPGYM_DATA", "/work"), str(REPO / "tasks"), os.path.expanduser("~/.cache")]
     sandbox.load([probe])
-    result = sandbox.call("probe", {"homes": sorted(hidden)})
+    result = sandbox.call("probe", {"paths": [*hidden, *view.binds]})
     assert result.status == "ok", result.error
-    assert result.value == visible
+    listed, exists = result.value
+    assert set(listed) == tops | {"dev", "proc", "tmp"}
+    assert exists == [False] * len(hidden) + [True] * len(view.binds)
 
 
 def test_workers_run_the_compiled_worker_and_it_matches_the_source(sandbox: Sandbox) -> None:
@@ -266,3 +270,22 @@ def test_a_read_only_install_runs_the_worker_from_source(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(py_compile, "compile", read_only)
     assert worker_program.__wrapped__() == str(WORKER_SCRIPT)
+
+
+@pytest.mark.parametrize("level", ISOLATED_LEVELS)
+def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
+    level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest's tmp_path lies under a 0700 folder in /tmp: the worker's private /tmp must show it."""
+    require_level(level)
+    checkout = tmp_path / "checkout" / "sandbox"
+    checkout.mkdir(parents=True)
+    for name in ("worker.py", "policy.py"):
+        shutil.copy(WORKER_SCRIPT.with_name(name), checkout / name)
+    monkeypatch.setattr(isolation, "WORKER_SCRIPT", checkout / "worker.py")
+    monkeypatch.setattr(isolation, "worker_program", lambda: str(checkout / "worker.py"))
+    with make_sandbox("process", isolation=level) as box:
+        box.load([f"import os\ndef where():\n    return sorted(os.listdir({str(checkout)!r}))\n"])
+        result = box.call("where", {})
+    assert result.status == "ok", result.error
+    assert result.value == ["policy.py", "worker.py"]
