@@ -3,7 +3,7 @@
 Levels: ``bwrap`` (bubblewrap: a minimal read-only view of the host's files, see :class:`WorkerView`;
 private /tmp, minimal /dev, fresh /proc, new PID, network, IPC and UTS namespaces, no environment),
 ``namespaces`` (the same shape made by the worker itself with raw ``unshare``/``mount`` calls; needs root)
-and ``none`` (no view: the worker sees the host's files). ``auto`` means bwrap when installed, else namespaces.
+and ``none`` (no view: the worker sees the host's files). ``auto``: bwrap when installed, else namespaces.
 Inside every level the worker applies rlimits and (unless ``seccomp=False``) a seccomp filter, and, when
 started as root under bwrap or namespaces, drops to an unprivileged uid for real.
 """

@@ -12,8 +12,7 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
-from hopgym.sandbox import Sandbox, make_sandbox
-from hopgym.sandbox import isolation
+from hopgym.sandbox import Sandbox, isolation, make_sandbox
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
 
