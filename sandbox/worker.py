@@ -29,7 +29,7 @@ PROTOCOL_VERSION = 1
 
 LIBSECCOMP = "libseccomp.so.2"
 CLONE_THREAD = 0x00010000
-_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 7
+_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 4, 7
 DENIED_SYSCALLS = (
     # networking
     "socket", "socketpair",
@@ -43,7 +43,10 @@ DENIED_SYSCALLS = (
     # kernel attack surface no tool needs
     "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
     "init_module", "finit_module", "delete_module", "kexec_load", "reboot", "swapon", "swapoff",
+    # holding locks on, or watching, files the host shares (fcntl's lock commands are denied separately)
+    "flock", "inotify_init", "inotify_init1", "fanotify_init",
 )  # fmt: skip
+FCNTL_LOCKS = (6, 7, 37, 38)  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
 
 _dumps, _loads = json.dumps, json.loads  # private references: tool code may patch the json module
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
@@ -202,8 +205,9 @@ def drop_privileges(uid: int | None) -> int:
 
 
 def install_seccomp() -> None:
-    """Deny sockets, exec, process creation, signalling and ptrace; ``clone3`` says ENOSYS so that
-    the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays allowed.
+    """Deny sockets, exec, process creation, signalling, ptrace, file locks and watches; ``clone3`` says
+    ENOSYS so that the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays
+    allowed.
 
     Calls libseccomp directly (ctypes): other architectures' syscall tables are killed by its default."""
     import ctypes
@@ -246,6 +250,8 @@ def install_seccomp() -> None:
             deny(name, errno.EPERM)
         deny("clone", errno.EPERM, ArgCompare(0, _SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0))
         deny("clone3", errno.ENOSYS)
+        for command in FCNTL_LOCKS:
+            deny("fcntl", errno.EPERM, ArgCompare(1, _SCMP_CMP_EQ, command, 0))
         result = lib.seccomp_load(context)
         if result != 0:
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
