@@ -61,13 +61,34 @@ def resolve_cgroups(requested: str, max_tasks: int, memory_bytes: int) -> Cgroup
         if requested not in ("auto", version):
             continue
         try:
-            return CgroupPlan(version, find(), max_tasks, memory_bytes)
+            parents = find()
         except OSError as exc:
             reasons.append(f"cgroup {version}: {exc}")
+            continue
+        _remove_stale_groups(parents)
+        return CgroupPlan(version, parents, max_tasks, memory_bytes)
     raise IsolationUnavailableError(
         f"cgroup={requested!r} is not available here ({'; '.join(reasons)}); run as root or in a cgroup "
         "delegated to this user, or pass cgroup='none' to limit workers by rlimits only"
     )
+
+
+def _remove_stale_groups(parents: tuple[Path, ...]) -> None:
+    """Remove the empty groups of hosts that died without removing them (their workers died with them)."""
+    for parent in parents:
+        for group in parent.glob("hopgym-*-*"):
+            host = int(group.name.split("-")[1])
+            if host != os.getpid() and not _alive(host):
+                with contextlib.suppress(OSError):  # not yet empty: the next start tries again
+                    group.rmdir()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
 
 
 def _mount_points(fstype: str) -> list[tuple[Path, set[str]]]:
