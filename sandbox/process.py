@@ -159,6 +159,8 @@ class ProcessSandbox(PooledSandbox):
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
     RestrictedPython inside the worker. ``timeout`` is the default wall-clock limit per call in seconds.
     ``preload``: sources every worker runs before it is handed out (shared data; see ``PreloadingLauncher``).
+    ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
+    ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 

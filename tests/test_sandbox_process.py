@@ -288,3 +288,18 @@ def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
         result = box.call("where", {})
     assert result.status == "ok", result.error
     assert result.value == ["policy.py", "worker.py"]
+
+
+def test_the_report_lists_the_cgroup_limits_and_the_view(sandbox: Sandbox) -> None:
+    report = sandbox.report
+    assert report["cgroup"]["max_tasks"] == 64
+    assert report["cgroup"]["memory_bytes"] == (512 + 64 + 64) << 20
+    assert sandbox.isolation.endswith("+cgroup" + report["cgroup"]["version"][1:])
+    assert set(report["view"]["read_only"]) == set(worker_view().binds)
+
+
+def test_cgroup_modes_are_checked() -> None:
+    with pytest.raises(ConfigError, match="valid: auto, v2, v1, none"):
+        ProcessSandbox(cgroup="v3")
+    with ProcessSandbox(isolation="none", cgroup="none") as box:
+        assert box.report["cgroup"] == {"version": "none"} and "cgroup" not in box.isolation
