@@ -5,6 +5,7 @@ from __future__ import annotations
 import marshal
 import os
 import py_compile
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -74,7 +75,7 @@ def threaded():
 
 
 def test_isolation_reports_what_is_in_force(sandbox: Sandbox) -> None:
-    assert sandbox.isolation in ("bwrap+seccomp+rlimits", "namespaces+seccomp+rlimits")
+    assert re.fullmatch(r"(bwrap|namespaces)\+seccomp\+rlimits\+cgroup[12]", sandbox.isolation)
     info = sandbox.worker_info
     assert info["uid"] != 0 and info["seccomp"] is True
     assert info["rlimits"]["memory_bytes"] == 512 << 20
@@ -184,12 +185,12 @@ def test_closed_sandbox_refuses_calls() -> None:
 
 
 def test_weaker_levels_are_explicit_and_reported() -> None:
-    with ProcessSandbox(isolation="none", seccomp=False, spares=0) as box:
+    with ProcessSandbox(isolation="none", seccomp=False, spares=0, cgroup="none") as box:
         assert box.isolation == "rlimits"
         box.load(["def uid():\n    import os\n    return os.getuid()"])
         assert box.call("uid", {}).status == "ok"
     require_level("bwrap")
-    with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0) as box:
+    with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0, cgroup="none") as box:
         assert box.isolation == "bwrap+rlimits"
         assert box.worker_info["seccomp"] is False and box.worker_info["uid"] != 0
 
