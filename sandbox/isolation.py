@@ -1,8 +1,9 @@
 """Choosing the isolation a process worker gets, and building the command that launches it.
 
-Levels: ``bwrap`` (bubblewrap: read-only root, private /tmp, minimal /dev, fresh /proc, new PID, network,
-IPC and UTS namespaces, no environment), ``namespaces`` (the same shape made by the worker itself with raw
-``unshare``/``mount`` calls; needs root) and ``none``. ``auto`` means bwrap when installed, else namespaces.
+Levels: ``bwrap`` (bubblewrap: a minimal read-only view of the host's files, see :class:`WorkerView`;
+private /tmp, minimal /dev, fresh /proc, new PID, network, IPC and UTS namespaces, no environment),
+``namespaces`` (the same shape made by the worker itself with raw ``unshare``/``mount`` calls; needs root)
+and ``none`` (no view: the worker sees the host's files). ``auto``: bwrap when installed, else namespaces.
 Inside every level the worker applies rlimits and (unless ``seccomp=False``) a seccomp filter, and, when
 started as root under bwrap or namespaces, drops to an unprivileged uid for real.
 """
@@ -16,7 +17,6 @@ import json
 import os
 import py_compile
 import shutil
-import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,23 +122,31 @@ def _require_seccomp() -> None:
         ) from exc
 
 
-def worker_command(plan: IsolationPlan, limits: WorkerLimits, policy: str | None) -> list[str]:
+def worker_command(
+    plan: IsolationPlan, limits: WorkerLimits, policy: str | None, view: WorkerView | None = None
+) -> list[str]:
     """The argv that starts one worker under ``plan``; its stdin/stdout carry the protocol."""
     python_path = _policy_python_path() if policy else []
-    reachable = reachable_paths(python_path)
+    view = view if view is not None else worker_view(policy)
     config = {
         **limits.worker_config(seccomp=plan.seccomp, policy=policy),
         "namespaces": plan.level == "namespaces",
-        "hidden_mounts": hidden_ancestors(reachable),
-        "tmp_mounts": under_private_tmp(reachable),
+        "view": {"binds": list(view.binds), "symlinks": [list(pair) for pair in view.symlinks]},
         "tmpfs_bytes": limits.tmpfs_mb << 20,
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
+        "host_pid": os.getpid(),
         "python_path": python_path,
     }
-    python = [sys.executable, "-I", "-S", "-B", worker_program(), json.dumps(config)]
+    python = [interpreter(), "-I", "-S", "-B", worker_program(), json.dumps(config)]
     if plan.level != "bwrap":
         return python
-    return [*_bwrap_arguments(reachable, limits), "--", *python]
+    return [*_bwrap_arguments(view, limits), "--", *python]
+
+
+def interpreter() -> str:
+    """The real interpreter behind ``sys.executable``: a venv's ``python`` is a link to it, and the worker
+    runs with ``-I -S`` (no site-packages), so the venv itself stays out of the worker's view."""
+    return os.path.realpath(sys.executable)
 
 
 @functools.cache
@@ -153,18 +161,16 @@ def worker_program() -> str:
         return str(WORKER_SCRIPT)
 
 
-def _bwrap_arguments(reachable: list[str], limits: WorkerLimits) -> list[str]:
-    args = ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+def _bwrap_arguments(view: WorkerView, limits: WorkerLimits) -> list[str]:
+    args = ["bwrap"]  # no bind of "/": bubblewrap's root is an empty tmpfs holding only the view
+    for path, target in view.symlinks:
+        args += ["--symlink", target, path]
+    args += _bwrap_binds([path for path in view.binds if not _under_tmp(path)])
+    args += ["--dev", "/dev", "--proc", "/proc"]
     args += ["--perms", "1777", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
-    for path in under_private_tmp(reachable):  # e.g. a checkout and its venv in /tmp: shown read-only
-        args += ["--ro-bind", path, path]
-    for hidden, paths in hidden_ancestors(reachable).items():
-        args += ["--perms", "0755", "--size", str(1 << 20), "--tmpfs", hidden]
-        for path in paths:
-            for parent in reversed(Path(path).parents):
-                if parent != Path(hidden) and Path(hidden) in parent.parents:
-                    args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--ro-bind", path, path]
+    # e.g. a checkout and its venv in /tmp: bound after the private /tmp that would cover them
+    args += _bwrap_binds([path for path in view.binds if _under_tmp(path)])
+    args += ["--remount-ro", "/"]
     args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     args += ["--die-with-parent", "--new-session", "--clearenv", "--chdir", "/tmp"]
     for name, value in WORKER_ENVIRONMENT.items():
@@ -178,35 +184,96 @@ def _bwrap_arguments(reachable: list[str], limits: WorkerLimits) -> list[str]:
     return args
 
 
-def _policy_python_path() -> list[str]:
-    """The directory RestrictedPython is installed in (the worker runs without site-packages)."""
+def _bwrap_binds(paths: list[str]) -> list[str]:
+    """Read-only binds, each folder on the way made traversable: bubblewrap would copy a 0700 home's mode
+    onto the folders it creates, and the worker's unprivileged uid could not reach the interpreter."""
+    args: list[str] = []
+    made: set[Path] = set()
+    for path in paths:
+        for parent in reversed(Path(path).parents[:-1]):
+            if parent not in made and str(parent) != "/tmp":
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", path, path]
+    return args
+
+
+def _restricted_python_package() -> str:
     spec = importlib.util.find_spec("RestrictedPython")
-    if spec is None or not spec.origin:
+    if spec is None or not spec.submodule_search_locations:
         raise IsolationUnavailableError(
             "policy='restricted' needs RestrictedPython (pip install RestrictedPython)"
         )
-    return [os.path.dirname(os.path.dirname(spec.origin))]
+    return os.path.realpath(spec.submodule_search_locations[0])
 
 
-def reachable_paths(extra: list[str] = ()) -> list[str]:
-    """Directories the worker must read after dropping root: the interpreter, its libraries, the worker."""
-    candidates = {sys.base_prefix, sys.prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    candidates.update([str(WORKER_SCRIPT.parent), *extra])
-    resolved = sorted({os.path.realpath(path) for path in candidates})
-    return [path for path in resolved if not any(path.startswith(other + "/") for other in resolved)]
+def _policy_python_path() -> list[str]:
+    """The directory RestrictedPython is imported from (the worker runs without site-packages); only the
+    package itself is in the worker's view, not the rest of that directory."""
+    return [os.path.dirname(_restricted_python_package())]
 
 
-def under_private_tmp(paths: list[str]) -> list[str]:
-    """The paths the worker's private /tmp would cover up, so they must be mounted into it."""
-    return [path for path in paths if Path("/tmp") in Path(path).parents]
+@dataclass(frozen=True)
+class WorkerView:
+    """The whole filesystem a process worker sees, besides a private /tmp, a fresh /proc and a minimal
+    /dev (null, zero, full, random, urandom): each of ``binds`` read-only at its own path, and the
+    ``symlinks`` (path, target) of a merged-/usr system. Nothing else of the host exists in it: not the
+    data, not home directories, caches or the host's /dev/shm."""
+
+    binds: tuple[str, ...]
+    symlinks: tuple[tuple[str, str], ...]
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "read_only": list(self.binds),
+            "symlinks": {path: target for path, target in self.symlinks},
+            "private": ["/tmp (tmpfs)", "/proc (own PID namespace)", "/dev (" + ", ".join(DEVICES) + ")"],
+        }
 
 
-def hidden_ancestors(paths: list[str]) -> dict[str, list[str]]:
-    """Group paths by their topmost ancestor that other users cannot traverse (e.g. a 0700 /root)."""
-    hidden: dict[str, list[str]] = {}
-    for path in paths:
-        for ancestor in reversed(Path(path).parents[:-1]):
-            if not os.stat(ancestor).st_mode & stat.S_IXOTH:
-                hidden.setdefault(str(ancestor), []).append(path)
-                break
-    return hidden
+SYSTEM_DIRECTORIES = ("/usr", "/lib", "/lib64", "/lib32", "/libx32")
+"""The C library, the dynamic loader and the shared libraries the interpreter and ctypes load."""
+SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
+"""The loader's cache (libseccomp is found through it) and the local time zone."""
+DEVICES = ("null", "zero", "full", "random", "urandom")
+"""The device nodes of the worker's /dev (the namespaces mode binds them; bubblewrap makes the same)."""
+
+
+def worker_view(policy: str | None = None) -> WorkerView:
+    """What a process worker needs: the system libraries, the interpreter's prefix, the worker's folder
+    and, for ``policy="restricted"``, the RestrictedPython package; refused if it would show the data."""
+    wanted = [sys.base_prefix, os.path.dirname(interpreter()), str(WORKER_SCRIPT.parent)]
+    wanted += [_restricted_python_package()] if policy else []
+    symlinks, binds = [], []
+    for path in SYSTEM_DIRECTORIES:
+        if os.path.islink(path):
+            symlinks.append((path, os.readlink(path)))
+        elif os.path.isdir(path):
+            binds.append(path)
+    binds += [path for path in SYSTEM_FILES if os.path.isfile(path)]
+    binds += [os.path.realpath(path) for path in wanted]
+    binds = sorted(set(binds))
+    binds = [path for path in binds if not any(_inside(path, other) for other in binds if other != path)]
+    _refuse_data(binds)
+    return WorkerView(tuple(binds), tuple(symlinks))
+
+
+def _refuse_data(binds: list[str]) -> None:
+    data = os.environ.get("HOPGYM_DATA")
+    if not data:
+        return
+    data = os.path.realpath(data)
+    for path in binds:
+        if path == data or _inside(data, path) or _inside(path, data):
+            raise IsolationUnavailableError(
+                f"the worker's view would include the data ($HOPGYM_DATA={data}) through {path}: "
+                "keep the data outside the interpreter's prefix and the system directories"
+            )
+
+
+def _inside(path: str, folder: str) -> bool:
+    return Path(folder) in Path(path).parents
+
+
+def _under_tmp(path: str) -> bool:
+    return _inside(path, "/tmp")

@@ -7,14 +7,18 @@ import os
 import signal
 import subprocess
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from hopgym.errors import ConfigError, SandboxError
+from hopgym.sandbox.cgroups import CgroupPlan, resolve_cgroups
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
     IsolationPlan,
     WorkerLimits,
     resolve_isolation,
     worker_command,
+    worker_view,
 )
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
 from hopgym.sandbox.pooled import PooledSandbox
@@ -26,18 +30,29 @@ _BWRAP_SIGNAL_BASE = 128
 
 
 class ProcessLauncher(Launcher):
-    """Starts ``worker.py`` as a child process (under bwrap unless the plan says otherwise)."""
+    """Starts ``worker.py`` as a child process (under bwrap unless the plan says otherwise), in its own
+    cgroup when ``cgroups`` plans one."""
 
     def __init__(
-        self, plan: IsolationPlan, limits: WorkerLimits, policy: str | None, start_timeout: float = 30.0
+        self,
+        plan: IsolationPlan,
+        limits: WorkerLimits,
+        policy: str | None,
+        cgroups: CgroupPlan,
+        start_timeout: float = 30.0,
     ) -> None:
         self._plan = plan
+        self._cgroups = cgroups
         self._command = worker_command(plan, limits, policy)
         self._start_timeout = start_timeout
 
     def start(self) -> WorkerHandle:
+        try:
+            cgroup = self._cgroups.create()
+        except OSError as exc:
+            raise SandboxError(f"creating the worker's cgroup failed: {exc}") from exc
         process = subprocess.Popen(
-            self._command,
+            cgroup.join_command(self._command) if cgroup else self._command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -46,19 +61,24 @@ class ProcessLauncher(Launcher):
             start_new_session=True,
             close_fds=True,
         )
-        connection = WorkerConnection(process.stdout, process.stdin)
+        connection = PausingConnection(process.stdout, process.stdin)
 
         def kill() -> None:
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
+            if cgroup is not None:
+                cgroup.kill()
+            process.wait()
+            if cgroup is not None:
+                cgroup.remove()
             connection.close()
             process.stderr.close()
 
         try:
             info = await_ready(connection, self._start_timeout)
             self._check_hardening(info)
+            connection.pause_pid = _worker_pid(process.pid, info)
         except SandboxError as exc:
             kill_and_report = _stderr_after_kill(process, kill)
             raise SandboxError(f"{exc}{kill_and_report}") from exc
@@ -80,6 +100,51 @@ class ProcessLauncher(Launcher):
         return code
 
 
+class PausingConnection(WorkerConnection):
+    """Stops the worker (SIGSTOP stops every thread of it) once it has answered a request, and continues it
+    before the next one: threads that tool code leaves running cannot burn CPU between calls."""
+
+    FINAL = frozenset({"result", "loaded", "preloaded", "pong"})
+    """Messages after which the worker waits for the host's next request."""
+
+    pause_pid: int | None = None
+    """The worker's pid on the host, once it is ready."""
+    _paused = False
+
+    def send(self, message: dict[str, Any]) -> None:
+        if self._paused:
+            self._signal(signal.SIGCONT)
+            self._paused = False
+        super().send(message)
+
+    def receive(self, deadline: float) -> dict[str, Any]:
+        message = super().receive(deadline)
+        if message["type"] in self.FINAL and self.pause_pid is not None:
+            self._paused = self._signal(signal.SIGSTOP)
+        return message
+
+    def _signal(self, number: int) -> bool:
+        try:
+            os.kill(self.pause_pid, number)
+        except ProcessLookupError:  # it died: the next read or write says so
+            return False
+        return True
+
+
+def _worker_pid(pid: int, info: dict[str, Any]) -> int:
+    """The host pid of the worker that reported ``info``: the end of the chain of only children below the
+    launched process (bubblewrap, or the namespaces mode's relays), checked against the worker's own pid."""
+    while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        if len(children) != 1:
+            raise SandboxError(f"the sandbox worker's process {pid} has {len(children)} children, not one")
+        pid = int(children[0])
+    status = Path(f"/proc/{pid}/status").read_text()
+    namespace_pids = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
+    if namespace_pids[-1] != str(info.get("pid")):
+        raise SandboxError(f"the sandbox worker reports pid {info.get('pid')}, found {namespace_pids}")
+    return pid
+
+
 def _stderr_after_kill(process: subprocess.Popen, kill) -> str:
     process.kill()
     text = process.stderr.read().decode(errors="replace").strip()
@@ -94,6 +159,8 @@ class ProcessSandbox(PooledSandbox):
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
     RestrictedPython inside the worker. ``timeout`` is the default wall-clock limit per call in seconds.
     ``preload``: sources every worker runs before it is handed out (shared data; see ``PreloadingLauncher``).
+    ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
+    ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 
@@ -111,6 +178,8 @@ class ProcessSandbox(PooledSandbox):
         output_cap: int = 16_384,
         result_cap: int = 65_536,
         preload: Sequence[str] = (),
+        cgroup: str = "auto",
+        max_tasks: int = 64,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
@@ -123,7 +192,28 @@ class ProcessSandbox(PooledSandbox):
             output_cap=output_cap,
             result_cap=result_cap,
         )
-        described = plan.describe() + ("+restricted" if policy else "")
-        super().__init__(
-            ProcessLauncher(plan, limits, policy), described, timeout=timeout, spares=spares, preload=preload
-        )
+        cgroups = resolve_cgroups(cgroup, max_tasks, cgroup_memory_bytes(limits))
+        described = "+".join(filter(None, [plan.describe(), cgroups.describe()]))
+        described += "+restricted" if policy else ""
+        self._report = {
+            "level": plan.level,
+            "seccomp": plan.seccomp,
+            "policy": policy,
+            "rlimits": limits.rlimits(),
+            "cgroup": cgroups.report(),
+            "view": worker_view(policy).report() if plan.level != "none" else "the host's files",
+            "paused_between_calls": True,
+        }
+        launcher = ProcessLauncher(plan, limits, policy, cgroups)
+        super().__init__(launcher, described, timeout=timeout, spares=spares, preload=preload)
+
+    @property
+    def report(self) -> dict[str, Any]:
+        """What is in force, in detail: level, seccomp, rlimits, the cgroup's limits, the mounted view."""
+        return dict(self._report)
+
+
+def cgroup_memory_bytes(limits: WorkerLimits) -> int:
+    """The worker's memory rlimit plus its /tmp tmpfs and room for the interpreter and the kernel's own
+    use; unlike the rlimit it also counts memfd and tmpfs pages and every process of the worker."""
+    return (limits.memory_mb + limits.tmpfs_mb + 64) << 20

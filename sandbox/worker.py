@@ -5,7 +5,7 @@ for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="r
 imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
-built by ``isolation.worker_command``: namespaces, hidden_mounts, tmp_mounts, tmpfs_bytes, drop_uid, seccomp,
+built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, host_pid, seccomp,
 rlimits, policy, python_path, output_cap, result_cap.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
@@ -29,7 +29,7 @@ PROTOCOL_VERSION = 1
 
 LIBSECCOMP = "libseccomp.so.2"
 CLONE_THREAD = 0x00010000
-_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 7
+_SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 4, 7
 DENIED_SYSCALLS = (
     # networking
     "socket", "socketpair",
@@ -43,15 +43,18 @@ DENIED_SYSCALLS = (
     # kernel attack surface no tool needs
     "bpf", "perf_event_open", "userfaultfd", "keyctl", "add_key", "request_key",
     "init_module", "finit_module", "delete_module", "kexec_load", "reboot", "swapon", "swapoff",
+    # holding locks on, or watching, files the host shares (fcntl's lock commands are denied separately)
+    "flock", "inotify_init", "inotify_init1", "fanotify_init",
 )  # fmt: skip
+FCNTL_LOCKS = (6, 7, 37, 38)  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
 
 _dumps, _loads = json.dumps, json.loads  # private references: tool code may patch the json module
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x4000, 0x40000
-_MNT_DETACH = 0x2
+_MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
+_NEW_ROOT = "/tmp"  # where the namespaces mode builds the worker's root, in its own mount namespace
+_DEVICES = ("null", "zero", "full", "random", "urandom")  # must match isolation.DEVICES
 _NAMESPACE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000  # mnt uts ipc net pid
 _PR_SET_PDEATHSIG = 1
-_MOUNT_OPTION_FLAGS = {"ro": _MS_RDONLY, "nosuid": _MS_NOSUID, "nodev": _MS_NODEV, "noexec": _MS_NOEXEC}
 
 
 class ToolCallRefused(Exception):
@@ -75,12 +78,10 @@ def _check(result: int, what: str) -> None:
         raise OSError(code, f"{what}: {os.strerror(code)}")
 
 
-def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int, tmp_mounts: list[str]) -> None:
-    """Raw-namespace isolation without bubblewrap (needs root): new mount/pid/net/ipc/uts namespaces,
-    a private /tmp, a fresh /proc, every other mount read-only, and each directory of ``hidden_mounts``
-    (an ancestor other users cannot traverse, e.g. a 0700 /root) replaced by an empty one through which
-    only the listed paths (the interpreter, the worker) are reachable. ``tmp_mounts`` are paths under /tmp
-    (a checkout or venv there) shown read-only inside the private /tmp.
+def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
+    """Raw-namespace isolation without bubblewrap (needs root): new mount/pid/net/ipc/uts namespaces and a
+    new root that holds only ``view`` (its ``binds`` read-only at their own paths, its ``symlinks``), a
+    private /tmp, a fresh /proc and a /dev of a few device nodes; the host's root lies out of reach below.
 
     The calling process stays outside the new PID namespace and only relays its child's fate; the
     worker returns from this function as PID 2 of the namespace."""
@@ -95,35 +96,58 @@ def enter_namespaces(hidden_mounts: dict[str, list[str]], tmpfs_bytes: int, tmp_
         result = libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data))
         _check(result, f"mount {target}")
 
+    def bind(source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
+        mount(source, target, None, _MS_BIND | _MS_REC, None)
+        mount(None, target, None, _MS_REMOUNT | _MS_BIND | flags, None)
+
+    def place(path: str, directory: bool) -> str:
+        target = _NEW_ROOT + path
+        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+        if directory:
+            os.makedirs(target, mode=0o755, exist_ok=True)
+        elif not os.path.exists(target):
+            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+        return target
+
     mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
-    # Held open across the /tmp mount, then bound back into the private /tmp through /proc/self/fd.
-    tmp_fds = [(path, os.open(path, os.O_PATH | os.O_DIRECTORY)) for path in tmp_mounts]
-    mount("tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, f"size={tmpfs_bytes},mode=1777")
-    mount("proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
-    for path, fd in tmp_fds:
-        os.makedirs(path, mode=0o755, exist_ok=True)
-        mount(f"/proc/self/fd/{fd}", path, None, _MS_BIND | _MS_REC, None)
-        mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
+    # Held open while the new root is mounted over /tmp, then bound through /proc/self/fd.
+    sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
+    mount("tmpfs", _NEW_ROOT, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    for path, target in view["symlinks"]:
+        os.symlink(target, _NEW_ROOT + path)
+    # The private /tmp first: a bind under /tmp (a checkout or venv there) goes on top of it.
+    mount(
+        "tmpfs",
+        place("/tmp", directory=True),
+        "tmpfs",
+        _MS_NOSUID | _MS_NODEV,
+        f"size={tmpfs_bytes},mode=1777",
+    )
+    for path, fd in sources:
+        bind(f"/proc/self/fd/{fd}", place(path, directory=os.path.isdir(f"/proc/self/fd/{fd}")))
         os.close(fd)
-    for hidden, paths in hidden_mounts.items():
-        staged = []
-        for index, path in enumerate(paths):
-            stage = f"/tmp/.hopgym-stage-{index}"
-            os.mkdir(stage)
-            mount(path, stage, None, _MS_BIND | _MS_REC, None)
-            staged.append((stage, path))
-        mount("tmpfs", hidden, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
-        for stage, path in staged:
-            os.makedirs(path, mode=0o755, exist_ok=True)
-            mount(stage, path, None, _MS_BIND | _MS_REC, None)
-            mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
-            _check(libc.umount2(stage.encode(), _MNT_DETACH), f"umount {stage}")
-            os.rmdir(stage)
-    replaced = ("/tmp", "/proc", *hidden_mounts)  # mounted above; what lies beneath them is out of reach
-    for target, flags in _mounts():
-        if not any(target == top or target.startswith(top.rstrip("/") + "/") for top in replaced):
-            mount(None, target, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | flags, None)
+    mount("proc", place("/proc", directory=True), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    dev = place("/dev", directory=True)
+    mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
+    for name in _DEVICES:
+        bind(f"/dev/{name}", place(f"/dev/{name}", directory=False), _MS_NOSUID | _MS_NOEXEC)
+    os.symlink("/proc/self/fd", f"{dev}/fd")
+    for fd, name in enumerate(("stdin", "stdout", "stderr")):
+        os.symlink(f"/proc/self/fd/{fd}", f"{dev}/{name}")
+    os.chdir(_NEW_ROOT)
+    mount(_NEW_ROOT, "/", None, _MS_MOVE, None)
+    _check(libc.chroot(b"."), "chroot")
+    os.chdir("/")
+    for target in ("/dev", "/"):
+        mount(None, target, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
     _fork_and_relay(libc, signal_as_code=True)
+
+
+def die_with_host(host_pid: int) -> None:
+    """Be killed when the host dies (the relays and the worker below die with this process in turn)."""
+    _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    if os.getppid() != host_pid:  # the host died before the line above
+        os._exit(1)
 
 
 def _fork_and_relay(libc, signal_as_code: bool) -> None:
@@ -145,20 +169,6 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
         signal.signal(code - 128, signal.SIG_DFL)
         os.kill(os.getpid(), code - 128)
     os._exit(code)
-
-
-def _mounts() -> list[tuple[str, int]]:
-    """Mount points with the per-mount flags to keep when remounting them read-only."""
-    mounts = []
-    with open("/proc/self/mountinfo") as table:
-        for line in table:
-            fields = line.split()
-            target = fields[4].encode().decode("unicode_escape")
-            flags = 0
-            for option in fields[5].split(","):
-                flags |= _MOUNT_OPTION_FLAGS.get(option, 0)
-            mounts.append((target, flags))
-    return mounts
 
 
 def apply_rlimits(limits: dict[str, int]) -> None:
@@ -195,8 +205,9 @@ def drop_privileges(uid: int | None) -> int:
 
 
 def install_seccomp() -> None:
-    """Deny sockets, exec, process creation, signalling and ptrace; ``clone3`` says ENOSYS so that
-    the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays allowed.
+    """Deny sockets, exec, process creation, signalling, ptrace, file locks and watches; ``clone3`` says
+    ENOSYS so that the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays
+    allowed.
 
     Calls libseccomp directly (ctypes): other architectures' syscall tables are killed by its default."""
     import ctypes
@@ -239,6 +250,8 @@ def install_seccomp() -> None:
             deny(name, errno.EPERM)
         deny("clone", errno.EPERM, ArgCompare(0, _SCMP_CMP_MASKED_EQ, CLONE_THREAD, 0))
         deny("clone3", errno.ENOSYS)
+        for command in FCNTL_LOCKS:
+            deny("fcntl", errno.EPERM, ArgCompare(1, _SCMP_CMP_EQ, command, 0))
         result = lib.seccomp_load(context)
         if result != 0:
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
@@ -549,7 +562,8 @@ def main(argv: list[str]) -> int:
     config = json.loads(argv[1])
     sys.path[:0] = config.get("python_path", [])
     if config.get("namespaces"):
-        enter_namespaces(config["hidden_mounts"], config["tmpfs_bytes"], config["tmp_mounts"])
+        die_with_host(config["host_pid"])
+        enter_namespaces(config["view"], config["tmpfs_bytes"])
     channel = Channel()
     try:
         policy = load_policy(config.get("policy"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import marshal
 import os
 import py_compile
+import re
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,11 +13,12 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
-from hopgym.sandbox import Sandbox, make_sandbox
-from hopgym.sandbox.isolation import WORKER_SCRIPT, hidden_ancestors, reachable_paths, worker_program
+from hopgym.sandbox import Sandbox, isolation, make_sandbox
+from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
+REPO = Path(__file__).resolve().parents[1]
 
 
 def require_level(level: str) -> None:
@@ -73,7 +75,7 @@ def threaded():
 
 
 def test_isolation_reports_what_is_in_force(sandbox: Sandbox) -> None:
-    assert sandbox.isolation in ("bwrap+seccomp+rlimits", "namespaces+seccomp+rlimits")
+    assert re.fullmatch(r"(bwrap|namespaces)\+seccomp\+rlimits\+cgroup[12]", sandbox.isolation)
     info = sandbox.worker_info
     assert info["uid"] != 0 and info["seccomp"] is True
     assert info["rlimits"]["memory_bytes"] == 512 << 20
@@ -183,12 +185,12 @@ def test_closed_sandbox_refuses_calls() -> None:
 
 
 def test_weaker_levels_are_explicit_and_reported() -> None:
-    with ProcessSandbox(isolation="none", seccomp=False, spares=0) as box:
+    with ProcessSandbox(isolation="none", seccomp=False, spares=0, cgroup="none") as box:
         assert box.isolation == "rlimits"
         box.load(["def uid():\n    import os\n    return os.getuid()"])
         assert box.call("uid", {}).status == "ok"
     require_level("bwrap")
-    with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0) as box:
+    with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0, cgroup="none") as box:
         assert box.isolation == "bwrap+rlimits"
         assert box.worker_info["seccomp"] is False and box.worker_info["uid"] != 0
 
@@ -235,20 +237,22 @@ def test_a_source_that_hangs_while_loading_costs_only_the_load(sandbox: Sandbox)
     assert sandbox.call("add", {"a": 1}).value == 2
 
 
-def test_the_interpreter_is_reachable_but_nothing_else_of_its_hidden_home(sandbox: Sandbox) -> None:
-    hidden = hidden_ancestors(reachable_paths())
-    visible = {
-        home: sorted({Path(path).relative_to(home).parts[0] for path in paths})
-        for home, paths in hidden.items()
-    }
+def test_the_worker_sees_only_its_view(sandbox: Sandbox) -> None:
+    """The interpreter (even under a 0700 home), the system libraries and the worker's folder; not the data,
+    the repository, home directories or the host's /dev/shm."""
+    view = worker_view()
+    tops = {Path(path).parts[1] for path in view.binds} | {Path(path).name for path, _ in view.symlinks}
     probe = (
-        "def probe(homes):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3\n"
-        "    return {home: sorted(os.listdir(home)) for home in homes}"
+        "def probe(paths):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3, ctypes\n"
+        "    return [sorted(os.listdir('/')), [os.path.exists(path) for path in paths]]"
     )
+    hidden = [os.environ.get("HOPGYM_DATA", "/work"), str(REPO / "tasks"), os.path.expanduser("~/.cache")]
     sandbox.load([probe])
-    result = sandbox.call("probe", {"homes": sorted(hidden)})
+    result = sandbox.call("probe", {"paths": [*hidden, *view.binds]})
     assert result.status == "ok", result.error
-    assert result.value == visible
+    listed, exists = result.value
+    assert set(listed) == tops | {"dev", "proc", "tmp"}
+    assert exists == [False] * len(hidden) + [True] * len(view.binds)
 
 
 def test_workers_run_the_compiled_worker_and_it_matches_the_source(sandbox: Sandbox) -> None:
@@ -266,3 +270,37 @@ def test_a_read_only_install_runs_the_worker_from_source(monkeypatch: pytest.Mon
 
     monkeypatch.setattr(py_compile, "compile", read_only)
     assert worker_program.__wrapped__() == str(WORKER_SCRIPT)
+
+
+@pytest.mark.parametrize("level", ISOLATED_LEVELS)
+def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
+    level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pytest's tmp_path lies under a 0700 folder in /tmp: the worker's private /tmp must show it."""
+    require_level(level)
+    checkout = tmp_path / "checkout" / "sandbox"
+    checkout.mkdir(parents=True)
+    for name in ("worker.py", "policy.py"):
+        shutil.copy(WORKER_SCRIPT.with_name(name), checkout / name)
+    monkeypatch.setattr(isolation, "WORKER_SCRIPT", checkout / "worker.py")
+    monkeypatch.setattr(isolation, "worker_program", lambda: str(checkout / "worker.py"))
+    with make_sandbox("process", isolation=level) as box:
+        box.load([f"import os\ndef where():\n    return sorted(os.listdir({str(checkout)!r}))\n"])
+        result = box.call("where", {})
+    assert result.status == "ok", result.error
+    assert result.value == ["policy.py", "worker.py"]
+
+
+def test_the_report_lists_the_cgroup_limits_and_the_view(sandbox: Sandbox) -> None:
+    report = sandbox.report
+    assert report["cgroup"]["max_tasks"] == 64
+    assert report["cgroup"]["memory_bytes"] == (512 + 64 + 64) << 20
+    assert sandbox.isolation.endswith("+cgroup" + report["cgroup"]["version"][1:])
+    assert set(report["view"]["read_only"]) == set(worker_view().binds)
+
+
+def test_cgroup_modes_are_checked() -> None:
+    with pytest.raises(ConfigError, match="valid: auto, v2, v1, none"):
+        ProcessSandbox(cgroup="v3")
+    with ProcessSandbox(isolation="none", cgroup="none") as box:
+        assert box.report["cgroup"] == {"version": "none"} and "cgroup" not in box.isolation
