@@ -90,8 +90,12 @@ for megabytes in range(840):  # 840 MiB in 56 files, each below the file-size li
 return 840
 """
     result = attack(sandbox, body)
-    # 256 MiB of memory: whether the write fails or the worker is killed, it never holds twice that.
-    assert result.status == "resource_limit" or result.value < 512, result
+    # 256 MiB of memory: the write fails, or the worker is killed (by the memory limit, or by the wall-clock
+    # limit where writes are slow, as under gVisor on a loaded machine); it never returns holding twice that.
+    if result.status == "ok":
+        assert result.value < 512, result
+    else:
+        assert result.status in ("resource_limit", "timeout"), result
 
 
 def test_file_locks_are_denied(sandbox: Sandbox) -> None:
