@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import re
 import shlex
 import signal
 import time
@@ -24,6 +25,8 @@ from hopgym.errors import ConfigError, IsolationUnavailableError
 CGROUP_MODES = ("auto", "v2", "v1", "none")
 CONTROLLERS = ("pids", "memory")
 _names = itertools.count()
+WORKER_GROUP = re.compile(r"hopgym-(\d+)-(\d+)")
+"""A worker's group: ``hopgym-<host pid>-<serial>``."""
 
 
 @dataclass(frozen=True)
@@ -77,7 +80,10 @@ def _remove_stale_groups(parents: tuple[Path, ...]) -> None:
     """Remove the empty groups of hosts that died without removing them (their workers died with them)."""
     for parent in parents:
         for group in parent.glob("hopgym-*-*"):
-            host = int(group.name.split("-")[1])
+            match = WORKER_GROUP.fullmatch(group.name)  # other hopgym groups (the attack suite's) stay
+            if match is None:
+                continue
+            host = int(match[1])
             if host != os.getpid() and not _alive(host):
                 with contextlib.suppress(OSError):  # not yet empty: the next start tries again
                     group.rmdir()

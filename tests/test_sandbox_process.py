@@ -14,6 +14,7 @@ import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import Sandbox, isolation, make_sandbox
+from hopgym.sandbox.cgroups import resolve_cgroups
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
 
@@ -304,3 +305,20 @@ def test_cgroup_modes_are_checked() -> None:
         ProcessSandbox(cgroup="v3")
     with ProcessSandbox(isolation="none", cgroup="none") as box:
         assert box.report["cgroup"] == {"version": "none"} and "cgroup" not in box.isolation
+
+
+def test_groups_of_other_owners_beside_the_workers_are_left_alone() -> None:
+    """The attack suite's own ``hopgym-attacks-<pid>`` group sits where worker groups go: starting a
+    sandbox must neither fail on it nor remove it."""
+    plan = resolve_cgroups("auto", 64, 1 << 30)
+    foreign = [parent / f"hopgym-attacks-{os.getpid()}" for parent in plan.parents]
+    for group in foreign:
+        group.mkdir(exist_ok=True)
+    try:
+        with ProcessSandbox(isolation="bwrap", spares=0) as box:
+            box.load(["def ping():\n    return 'pong'\n"])
+            assert box.call("ping", {}).value == "pong"
+        assert all(group.is_dir() for group in foreign)
+    finally:
+        for group in foreign:
+            group.rmdir()
