@@ -19,6 +19,10 @@ class ConfigError(HopgymError, ValueError):
     """An env, agent or CLI option has a value that is not allowed."""
 
 
+class ActionError(HopgymError, ValueError):
+    """An action given to ``step`` is not an assistant message or a final answer; the episode is unchanged."""
+
+
 class SandboxError(HopgymError):
     """The sandbox could not be started or used."""
 
