@@ -25,7 +25,7 @@ from tqdm import tqdm
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
 from hopgym.agents.model import ModelClient, ModelConfig
-from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.errors import ActionError, ConfigError, ModelError
@@ -154,20 +154,7 @@ class EvalRun:
     def _check_folder(self) -> None:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         identity = self.config.run_identity()
-        run_file = self.out / RUN_FILE
-        if not (self.episodes_path.exists() or run_file.exists()):
-            return
-        if not self.config.resume:
-            raise ConfigError(
-                f"{self.out} already holds a run; pass --resume to continue it or pick a new --out"
-            )
-        if run_file.exists():
-            previous = json.loads(run_file.read_text())
-            different = sorted(key for key in identity if previous.get(key) != identity[key])
-            if different:
-                was = {key: previous.get(key) for key in different}
-                now = {key: identity[key] for key in different}
-                raise ConfigError(f"cannot resume {self.out}: it was run with {was}, not {now}")
+        check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
     def _open_folder(self) -> list[dict[str, Any]]:
         """Create the run folder (options and data are checked by now); return the records already there."""
