@@ -22,6 +22,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # after the variable above: no network fetch at import
 
 from hopgym.errors import ActionError, ConfigError, HopgymError
+from hopgym.sandbox import make_sandbox
 from tests.shared_data import needs_data
 
 pytestmark = [needs_data("toolhop/toolhop_subset100.jsonl"), needs_data("familytool/familytool-e.jsonl")]
@@ -185,3 +186,18 @@ def test_an_async_vector_env_of_toolhop_envs_runs_real_tool_calls_without_extra_
         assert list(terminated) == [True, True] and list(rewards) == [0.0, 0.0]
     finally:
         vector.close()
+
+
+def test_an_env_on_a_sandbox_it_was_given_refuses_to_be_copied_and_keeps_working() -> None:
+    with make_sandbox("process") as sandbox:
+        env = gym.make("ToolHop-v0", sandbox=sandbox)
+        with pytest.raises(TypeError, match=r"make the env with a backend name \(e.g. sandbox='process'\)"):
+            pickle.dumps(env)
+        with pytest.raises(TypeError, match="cannot share"):
+            copy.deepcopy(env)
+        observation, _ = env.reset(options={"index": 0})
+        _, _, _, _, info = env.step(
+            {"role": "assistant", "content": "", "tool_calls": [a_tool_call(observation)]}
+        )
+        assert info["calls"][0]["status"] in {"ok", "tool_error"}
+        env.close()
