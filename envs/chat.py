@@ -32,6 +32,8 @@ def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tu
         raise ConfigError(
             f"sandbox must be a backend name or a Sandbox instance, got {type(sandbox).__name__}"
         )
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"sandbox_options must be a dict of options, got {type(options).__name__}")
     from hopgym.sandbox import make_sandbox
 
     return make_sandbox(sandbox, **dict(options or {})), True

@@ -63,13 +63,20 @@ class ChatObservationSpace(spaces.Space[dict[str, Any]]):
         return "ChatObservationSpace()"
 
 
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) and not isinstance(value, (str, Mapping)) else value
+
+
 def as_action(action: Any) -> Any:
     """The action as plain data: a pydantic message object (the openai SDK's ``ChatCompletionMessage``,
-    litellm's ``Message``), as a user passes ``response.choices[0].message``, becomes its dict."""
-    if isinstance(action, (str, Mapping)):
-        return action
-    dump = getattr(action, "model_dump", None)
-    return dump() if callable(dump) else action
+    litellm's ``Message``), as a user passes ``response.choices[0].message``, becomes its dict, and so do
+    such tool-call objects inside a dict's ``tool_calls``."""
+    action = _plain(action)
+    calls = action.get("tool_calls") if isinstance(action, Mapping) else None
+    if isinstance(calls, (list, tuple)) and any(_plain(call) is not call for call in calls):
+        action = {**action, "tool_calls": [_plain(call) for call in calls]}
+    return action
 
 
 def _call_problem(call: Any, position: int) -> str | None:

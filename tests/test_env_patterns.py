@@ -104,6 +104,9 @@ def test_openai_and_litellm_message_objects_are_taken_as_they_are(env: gym.Env) 
     env.reset(options={"index": 0})
     _, _, _, _, info = env.step(lite)
     assert [c["name"] for c in info["calls"]] == [call["function"]["name"]]
+    env.reset(options={"index": 0})
+    _, _, _, _, info = env.step({"role": "assistant", "content": None, "tool_calls": sdk.tool_calls})
+    assert [c["name"] for c in info["calls"]] == [call["function"]["name"]]  # SDK call objects in a dict
     answer = ChatCompletionMessage(role="assistant", content="Paris")
     _, _, terminated, _, _ = env.step(answer)
     assert terminated and env.unwrapped._messages[-1] == {"role": "assistant", "content": "Paris"}

@@ -254,6 +254,7 @@ def test_cli_mistakes_are_one_line_and_leave_no_run_folder(
             ["--env-arg", 'sandbox_options={"timout": 3}'],
             "has no option 'timout' (did you mean 'timeout'?); valid: isolation",
         ),
+        (["--env-arg", "sandbox_options=3"], "sandbox_options must be a dict of options, got int"),
         (["--data", str(corrupt)], f"{corrupt}:3: not a JSON row"),
         (["--feedback", "verbose"], "verbose"),
         (["--agent", "fcc"], "unknown agent 'fcc'"),
