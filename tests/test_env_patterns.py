@@ -14,6 +14,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 import pytest
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 from openai.types.chat import ChatCompletionMessage
 
 import hopgym  # noqa: F401 - registers the envs
@@ -21,6 +22,7 @@ import hopgym  # noqa: F401 - registers the envs
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 import litellm  # after the variable above: no network fetch at import
 
+from hopgym.envs.spaces import SHARED_SLOT_BYTES, ChatObservationSpace
 from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from tests.shared_data import needs_data
@@ -204,3 +206,15 @@ def test_an_env_on_a_sandbox_it_was_given_refuses_to_be_copied_and_keeps_working
         )
         assert info["calls"][0]["status"] in {"ok", "tool_error"}
         env.close()
+
+
+def test_an_observation_too_large_for_shared_memory_names_the_way_out() -> None:
+    space = ChatObservationSpace()
+    buffer = create_shared_memory(space, n=2)
+    small = {"messages": [{"role": "user", "content": "x"}], "tools": []}
+    write_to_shared_memory(space, 1, small, buffer)
+    huge = {"messages": [{"role": "user", "content": "x" * SHARED_SLOT_BYTES}], "tools": []}
+    with pytest.raises(ValueError, match="shared_memory=False"):
+        write_to_shared_memory(space, 0, huge, buffer)
+    view = read_from_shared_memory(space, buffer, n=2)
+    assert copy.deepcopy(view) == (None, small)  # the failed write left both slots as they were
