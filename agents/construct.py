@@ -36,7 +36,7 @@ from hopgym.agents.construct_verify import (
 )
 from hopgym.agents.model import ModelClient, Usage
 from hopgym.agents.records import EpisodeWriter, check_resumable, read_episodes
-from hopgym.agents.runner import one_line, run_to_completion
+from hopgym.agents.runner import run_to_completion
 from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.tool_source import read_tool_source
@@ -289,7 +289,7 @@ class ToolConstructor:
                 if not tool.passed:
                     break
         except Exception as exc:
-            record.error = one_line(f"{type(exc).__name__}: {exc}")
+            record.error = f"{type(exc).__name__}: {exc}"
         return record
 
 

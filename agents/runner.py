@@ -28,7 +28,7 @@ from hopgym.agents.model import ModelClient, ModelConfig
 from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
-from hopgym.errors import ActionError, ConfigError, ModelError
+from hopgym.errors import ActionError, ConfigError, ModelError, one_line
 from hopgym.options import check_env_options
 from hopgym.sandbox.base import Sandbox
 
@@ -206,7 +206,7 @@ class EvalRun:
             finally:
                 pool.release(env, healthy)
         except Exception as exc:
-            error = one_line(f"{type(exc).__name__}: {exc}")
+            error = f"{type(exc).__name__}: {exc}"
         messages = list(observation["messages"]) if observation is not None else []
         final = messages[-1] if terminated and messages else None
         return {
@@ -292,19 +292,13 @@ class EvalRun:
         return summary
 
 
-def one_line(text: str, limit: int = 500) -> str:
-    """``text`` on one line of at most ``limit`` characters (an error cause for a record or a message)."""
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
     """The exit status of a finished run and the line that explains it (None when no episode failed):
     1 when no episode reached the model or every episode failed, else 0."""
     failed = [record for record in records if record.get("error")]
     if not failed:
         return 0, None
-    cause = Counter(str(record["error"]) for record in failed).most_common(1)[0][0]
+    cause = one_line(Counter(str(record["error"]) for record in failed).most_common(1)[0][0])
     counted = f"{len(failed)} of {len(records)} episodes failed"
     if not any((record.get("agent") or {}).get("model_turns") for record in records):
         return 1, f"no episode reached the model ({counted}): {cause}"

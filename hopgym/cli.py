@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, one_line
 
 # Each module defines ``register(subparsers)`` adding its subcommand with ``set_defaults(func=...)``.
 COMMAND_MODULES = (
@@ -53,12 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     except HopgymError as exc:
         if args.debug:
             raise
-        print(f"hopgym: error: {exc}", file=sys.stderr)
+        print(f"hopgym: error: {one_line(str(exc), limit=2000)}", file=sys.stderr)
         return 2
     except Exception as exc:  # a bug, or a library's error we did not foresee: still one line
         if args.debug:
             raise
-        print(f"hopgym: error: {type(exc).__name__}: {exc} (--debug shows the traceback)", file=sys.stderr)
+        cause = one_line(f"{type(exc).__name__}: {exc}", limit=2000)
+        print(f"hopgym: error: {cause} (--debug shows the traceback)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("hopgym: interrupted", file=sys.stderr)
