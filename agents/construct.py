@@ -35,8 +35,9 @@ from hopgym.agents.construct_verify import (
     parse_proposed_call,
 )
 from hopgym.agents.model import ModelClient, Usage
+from hopgym.agents.records import EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.runner import run_to_completion
-from hopgym.errors import ConfigError, DataError, ModelError
+from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop import read_rows
@@ -113,7 +114,14 @@ def read_query_rows(path: Path, limit: int | None = None) -> list[QueryRow]:
     rows = read_rows(path)[:limit]
     if not rows:
         raise DataError(f"{path} holds no construction rows")
-    return [query_row(row, index) for index, row in enumerate(rows)]
+    parsed = [query_row(row, index) for index, row in enumerate(rows)]
+    seen: set[str] = set()
+    repeated = sorted({row.id for row in parsed if row.id in seen or seen.add(row.id)})
+    if repeated:
+        raise DataError(
+            f"{path}: row ids must be distinct (a resumed run tells rows apart by id): {repeated}"
+        )
+    return parsed
 
 
 @dataclass
@@ -154,6 +162,17 @@ class RowRecord:
             self.error is None and len(self.tools) == len(row.sub_tasks) and all(t.passed for t in self.tools)
         )
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> RowRecord:
+        """A record as :func:`dataclasses.asdict` wrote it (the rows file of a resumed construction)."""
+        tools = [
+            ToolRecord(
+                **{**tool, "stages": [StageRecord(**stage) for stage in tool["stages"]]},
+            )
+            for tool in data["tools"]
+        ]
+        return cls(data["id"], tools, data.get("error"), Usage(**data["usage"]))
+
 
 class ToolConstructor:
     """Runs the three stages for each hop of a row with one model client and one sandbox."""
@@ -164,6 +183,9 @@ class ToolConstructor:
         self.client = client
         self.sandbox = sandbox
         self.max_attempts = max_attempts
+        self._checking = asyncio.Lock()
+        """Rows run concurrently but share one sandbox: its load-then-call checks take turns (they take
+        milliseconds; the model calls in between are what runs at once)."""
 
     async def _stage(self, name: str, prompt: str, check: Check, usage: Usage) -> tuple[Any, StageRecord]:
         """Ask, check, and on failure ask again in the same conversation with the failures."""
@@ -173,7 +195,8 @@ class ToolConstructor:
             reply = await self.client.complete(messages)
             usage.add(reply.usage)
             text = reply.message.get("content") or ""
-            product, failures = await asyncio.to_thread(check, text)
+            async with self._checking:
+                product, failures = await asyncio.to_thread(check, text)
             record.attempts = attempt
             if not failures:
                 record.passed = True
@@ -255,7 +278,8 @@ class ToolConstructor:
         return tool
 
     async def construct_row(self, row: QueryRow) -> RowRecord:
-        """Every hop's tool in order; the row stops at its first failed tool or model-server failure."""
+        """Every hop's tool in order; the row stops at its first failed tool or at any exception (a
+        model-server failure, a sandbox that broke), which is recorded as the row's error."""
         record = RowRecord(row.id)
         try:
             for question, answer in row.sub_tasks:
@@ -264,7 +288,7 @@ class ToolConstructor:
                 record.tools.append(tool)
                 if not tool.passed:
                     break
-        except ModelError as exc:
+        except Exception as exc:
             record.error = f"{type(exc).__name__}: {exc}"
         return record
 
@@ -358,26 +382,66 @@ def construct_dataset(
     out: Path,
     settings: Mapping[str, Any],
     progress: bool = True,
+    concurrency: int = 4,
+    resume: bool = False,
 ) -> dict[str, Any]:
-    """Construct every row, write the verified rows to ``out`` (a JSON list) and the report beside it
-    (``out`` with suffix ``.report.json``); return the report. Rows run one after another."""
-    records: list[RowRecord] = []
+    """Construct every row, ``concurrency`` at a time, appending each finished row's record to the rows
+    file (:func:`rows_path`) at once; then write the verified rows to ``out`` (a JSON list) and the report
+    (:func:`report_path`), and return the report. With ``resume``, rows already in the rows file are
+    kept as they are and not redone; a row cut off mid-way by a kill is redone, once."""
+    if concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
+    finished = _open_rows_file(out, settings, resume)
+    pending = [row for row in rows if row.id not in finished]
+    writer = EpisodeWriter(rows_path(out))
+    bar = tqdm(
+        total=len(rows), initial=len(rows) - len(pending), desc="construct", unit="row", disable=not progress
+    )
 
     async def run_all() -> None:
-        for row in tqdm(rows, desc="construct", unit="row", disable=not progress):
-            records.append(await constructor.construct_row(row))
+        slots = asyncio.Semaphore(concurrency)
 
-    run_to_completion(run_all())
+        async def one(row: QueryRow) -> RowRecord:
+            async with slots:
+                return await constructor.construct_row(row)
+
+        for done in asyncio.as_completed([one(row) for row in pending]):
+            record = await done
+            writer.write(asdict(record))
+            finished[record.id] = record
+            bar.update(1)
+
+    try:
+        with bar:
+            run_to_completion(run_all())
+    finally:
+        writer.close()
+    records = [finished[row.id] for row in rows]
     verified = [
         dataset_row(row, record) for row, record in zip(rows, records, strict=True) if record.passed(row)
     ]
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(verified, indent=2, ensure_ascii=False) + "\n")
     report = construction_report(rows, records, settings)
     report_path(out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     return report
 
 
+def _open_rows_file(out: Path, settings: Mapping[str, Any], resume: bool) -> dict[str, RowRecord]:
+    """The records of the rows a previous run finished (resume), after checking it had the same settings."""
+    identity = out.with_suffix(".run.json")
+    check_resumable(out, identity, rows_path(out), settings, resume)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    identity.write_text(json.dumps(dict(settings), indent=2) + "\n")
+    return {
+        record["id"]: RowRecord.from_dict(record) for record in read_episodes(rows_path(out), repair=True)
+    }
+
+
 def report_path(out: Path) -> Path:
     """Where the construction report of dataset ``out`` is written."""
     return out.with_suffix(".report.json")
+
+
+def rows_path(out: Path) -> Path:
+    """Where the record of each finished row is appended while dataset ``out`` is constructed."""
+    return out.with_suffix(".rows.jsonl")

@@ -1,4 +1,5 @@
-"""The run folder's ``episodes.jsonl``: one JSON object per finished episode, appended and flushed.
+"""The run folder's ``episodes.jsonl``: one JSON object per finished episode, appended and flushed (the
+same for ``hopgym construct``'s finished rows).
 
 A run killed mid-write can leave a partial last line; reading for ``--resume`` drops it (and truncates
 the file to the last complete line) so the episode is redone once, never lost and never duplicated.
@@ -11,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any
 
-from hopgym.errors import DataError
+from hopgym.errors import ConfigError, DataError
 
 EPISODES_FILE = "episodes.jsonl"
 
@@ -34,6 +35,24 @@ def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:
         with path.open("r+b") as handle:
             handle.truncate(complete_end)
     return records
+
+
+def check_resumable(
+    name: Path, identity_file: Path, progress_file: Path, identity: Mapping[str, Any], resume: bool
+) -> None:
+    """Refuse to start over the previous run ``name`` (its identity or progress file exists) without
+    ``resume``, and to resume one made with other settings; writes nothing."""
+    if not (identity_file.exists() or progress_file.exists()):
+        return
+    if not resume:
+        raise ConfigError(f"{name} already holds a run; pass --resume to continue it or pick a new --out")
+    if identity_file.exists():
+        previous = json.loads(identity_file.read_text())
+        different = sorted(key for key in identity if previous.get(key) != identity[key])
+        if different:
+            was = {key: previous.get(key) for key in different}
+            now = {key: identity[key] for key in different}
+            raise ConfigError(f"cannot resume {name}: it was run with {was}, not {now}")
 
 
 class EpisodeWriter:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -14,6 +13,7 @@ from hopgym.agents.kgetool import KGEToolAgent
 from hopgym.agents.model import ModelClient
 from hopgym.agents.react import ReActAgent
 from hopgym.errors import ConfigError
+from hopgym.options import check_keywords
 
 AGENTS: dict[str, type[Agent]] = {
     agent.name: agent for agent in (FunctionCallingAgent, ReActAgent, CodeActAgent, DirectAgent, KGEToolAgent)
@@ -25,9 +25,7 @@ def agent_factory(name: str, client: ModelClient, options: Mapping[str, Any]) ->
     if name not in AGENTS:
         raise ConfigError(f"unknown agent {name!r}; valid agents: {', '.join(sorted(AGENTS))}")
     agent_class = AGENTS[name]
-    accepted = set(inspect.signature(agent_class.__init__).parameters) - {"self", "client"}
-    unknown = set(options) - accepted
-    if unknown:
-        valid = ", ".join(sorted(accepted)) or "none"
-        raise ConfigError(f"agent {name!r} has no option(s) {', '.join(sorted(unknown))}; valid: {valid}")
+    if "client" in options:
+        raise ConfigError(f"agent {name!r} has no option 'client' (the model comes from --model)")
+    check_keywords(agent_class.__init__, options, f"agent {name!r}")
     return lambda: agent_class(client, **options)

@@ -12,7 +12,8 @@ import asyncio
 import json
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,10 +25,11 @@ from tqdm import tqdm
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
 from hopgym.agents.model import ModelClient, ModelConfig
-from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
-from hopgym.errors import ConfigError, HopgymError, ModelError
+from hopgym.errors import ActionError, ConfigError, ModelError, one_line
+from hopgym.options import check_env_options
 from hopgym.sandbox.base import Sandbox
 
 RUN_FILE = "run.json"
@@ -65,15 +67,18 @@ class EvalConfig:
 
 
 class EnvPool:
-    """``size`` envs made in worker threads; an env that failed is closed and replaced on demand."""
+    """Up to ``size`` envs, made in worker threads. An env that failed is closed and discarded, and its
+    place is free at once: the next episode to ask makes a new env, so no episode ever waits for an env
+    that can no longer come."""
 
     def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
         self._make_env = make_env
         self._size = size
         self._in_thread = in_thread
-        self._idle: asyncio.Queue[gym.Env] = asyncio.Queue()
-        self._idle.put_nowait(first)
+        self._idle: list[gym.Env] = [first]
         self._created = 1
+        self._changed = asyncio.Event()
+        """Set whenever an env comes back or a place frees up; waiters then look again."""
         self.envs: list[gym.Env] = [first]
 
     async def fill(self) -> None:
@@ -83,27 +88,37 @@ class EnvPool:
             self._created += 1
             env = await self._in_thread(self._make_env)
             self.envs.append(env)
-            self._idle.put_nowait(env)
+            self._idle.append(env)
         for env in self.envs:
             sandbox = getattr(env.unwrapped, "sandbox", None)
             if isinstance(sandbox, Sandbox):
                 await self._in_thread(sandbox.wait_until_warm)
 
     async def acquire(self) -> gym.Env:
-        if self._idle.empty() and self._created < self._size:
-            self._created += 1
-            try:
-                env = await self._in_thread(self._make_env)
-            except BaseException:
-                self._created -= 1
-                raise
-            self.envs.append(env)
-            return env
-        return await self._idle.get()
+        while True:
+            if self._idle:
+                return self._idle.pop()
+            if self._created < self._size:
+                return await self._make()
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _make(self) -> gym.Env:
+        self._created += 1
+        try:
+            env = await self._in_thread(self._make_env)
+        except BaseException:
+            self._created -= 1
+            self._changed.set()  # the place is free again for a waiting episode to try
+            raise
+        self.envs.append(env)
+        return env
 
     def release(self, env: gym.Env, healthy: bool) -> None:
+        """Take ``env`` back; an unhealthy one is discarded (closed) and its place freed."""
+        self._changed.set()
         if healthy:
-            self._idle.put_nowait(env)
+            self._idle.append(env)
             return
         self._created -= 1
         self.envs.remove(env)
@@ -118,6 +133,7 @@ class EvalRun:
             raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
         if config.limit is not None and config.limit < 1:
             raise ConfigError(f"--limit must be at least 1, got {config.limit}")
+        check_env_options(config.env_id, config.env_kwargs)
         self.config = config
         self.out = Path(config.out)
         self.episodes_path = self.out / EPISODES_FILE
@@ -135,24 +151,15 @@ class EvalRun:
 
     # -- preparation -------------------------------------------------------------------------------
 
-    def _prepare_folder(self) -> list[dict[str, Any]]:
-        """Create or check the run folder; return the records already there (resume)."""
+    def _check_folder(self) -> None:
+        """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         identity = self.config.run_identity()
-        run_file = self.out / RUN_FILE
-        if self.out.exists() and (self.episodes_path.exists() or run_file.exists()):
-            if not self.config.resume:
-                raise ConfigError(
-                    f"{self.out} already holds a run; pass --resume to continue it or pick a new --out"
-                )
-            if run_file.exists():
-                previous = json.loads(run_file.read_text())
-                different = sorted(key for key in identity if previous.get(key) != identity[key])
-                if different:
-                    was = {key: previous.get(key) for key in different}
-                    now = {key: identity[key] for key in different}
-                    raise ConfigError(f"cannot resume {self.out}: it was run with {was}, not {now}")
+        check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
+
+    def _open_folder(self) -> list[dict[str, Any]]:
+        """Create the run folder (options and data are checked by now); return the records already there."""
         self.out.mkdir(parents=True, exist_ok=True)
-        run_file.write_text(json.dumps(identity, indent=2) + "\n")
+        (self.out / RUN_FILE).write_text(json.dumps(self.config.run_identity(), indent=2) + "\n")
         return read_episodes(self.episodes_path, repair=True)
 
     def _make_env(self) -> gym.Env:
@@ -168,32 +175,38 @@ class EvalRun:
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
 
     async def _episode(self, pool: EnvPool, index: int, task_id: str) -> dict[str, Any]:
+        """Run one episode to its end and return its record; any exception ends only this episode,
+        recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
         started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
-        agent = self._make_agent()
+        agent: Agent | None = None
         observation: Mapping[str, Any] | None = None
         info: Mapping[str, Any] = {}
         calls: list[dict[str, Any]] = []
         turns = parallel_turns = 0
         reward, terminated, truncated, error = 0.0, False, False, None
-        env = None
-        healthy = True
         try:
+            agent = self._make_agent()
             env = await pool.acquire()
-            started = time.perf_counter()
-            observation, info = await self._in_thread(env.reset, options={"index": index})
-            while not (terminated or truncated):
-                action = await agent.act(observation, info)
-                if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
-                    parallel_turns += 1
-                observation, reward, terminated, truncated, info = await self._in_thread(env.step, action)
-                turns += 1
-                calls.extend(info.get("calls") or ())
-        except HopgymError as exc:
-            error = f"{type(exc).__name__}: {exc}"
-            healthy = isinstance(exc, ModelError)  # the env itself is fine; the next reset starts afresh
-        finally:
-            if env is not None:
+            healthy = True
+            try:
+                started = time.perf_counter()
+                observation, info = await self._in_thread(env.reset, options={"index": index})
+                while not (terminated or truncated):
+                    action = await agent.act(observation, info)
+                    if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
+                        parallel_turns += 1
+                    observation, reward, terminated, truncated, info = await self._in_thread(env.step, action)
+                    turns += 1
+                    calls.extend(info.get("calls") or ())
+            except Exception as exc:
+                # After a model failure or a rejected action the env is fine (the next reset starts
+                # afresh); after anything else it may not be, so it is replaced.
+                healthy = isinstance(exc, (ModelError, ActionError))
+                raise
+            finally:
                 pool.release(env, healthy)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
         messages = list(observation["messages"]) if observation is not None else []
         final = messages[-1] if terminated and messages else None
         return {
@@ -211,7 +224,7 @@ class EvalRun:
             "hops": info.get("hops"),
             "isolation": info.get("isolation"),
             "metrics": info.get("metrics"),
-            "agent": agent.stats.as_dict(),
+            "agent": agent.stats.as_dict() if agent is not None else None,
             "latency_ms": round((time.perf_counter() - started) * 1000, 1),
             "error": error,
             "messages": messages,
@@ -241,10 +254,13 @@ class EvalRun:
             await self._in_thread(lambda: [env.close() for env in pool.envs])
 
     def run(self) -> dict[str, Any]:
-        """Run every pending episode, then write and return the summary."""
-        previous = self._prepare_folder()
+        """Run every pending episode, then write and return the summary. The folder is checked, and the
+        first env made (its options and data checked), before anything is written: a mistake leaves no
+        half-made run behind."""
+        self._check_folder()
         first_env = self._make_env()
         try:
+            previous = self._open_folder()
             tasks = first_env.unwrapped.tasks
             selected = [(index, str(task.id)) for index, task in enumerate(tasks)][: self.config.limit]
             done = {str(record["task_id"]) for record in previous}
@@ -274,6 +290,21 @@ class EvalRun:
         table = markdown_table({run_title(summary): summary})
         (self.out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
         return summary
+
+
+def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
+    """The exit status of a finished run and the line that explains it (None when no episode failed):
+    1 when no episode reached the model or every episode failed, else 0."""
+    failed = [record for record in records if record.get("error")]
+    if not failed:
+        return 0, None
+    cause = one_line(Counter(str(record["error"]) for record in failed).most_common(1)[0][0])
+    counted = f"{len(failed)} of {len(records)} episodes failed"
+    if not any((record.get("agent") or {}).get("model_turns") for record in records):
+        return 1, f"no episode reached the model ({counted}): {cause}"
+    if len(failed) == len(records):
+        return 1, f"every episode failed ({counted}): {cause}"
+    return 0, f"{counted} (see 'error' in {EPISODES_FILE}); the most common cause: {cause}"
 
 
 def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> None:

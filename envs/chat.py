@@ -13,12 +13,13 @@ import gymnasium as gym
 import numpy as np
 
 from hopgym.envs.feedback import outcome_of, shown_text, validation_text
-from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, MessageHistory
+from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
 from hopgym.envs.validation import CallCheck, ToolValidator
-from hopgym.errors import ConfigError
+from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox.base import CallResult, Sandbox
 
 TaskT = TypeVar("TaskT")
+RESET_OPTIONS = ("task_id", "index")
 
 
 def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:
@@ -31,19 +32,27 @@ def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tu
         raise ConfigError(
             f"sandbox must be a backend name or a Sandbox instance, got {type(sandbox).__name__}"
         )
+    if options is not None and not isinstance(options, Mapping):
+        raise ConfigError(f"sandbox_options must be a dict of options, got {type(options).__name__}")
     from hopgym.sandbox import make_sandbox
 
     return make_sandbox(sandbox, **dict(options or {})), True
 
 
-def assistant_message(action: Any) -> dict[str, Any]:
-    """The action as an assistant message; a plain string is a final answer."""
+def checked_action(action: Any) -> dict[str, Any] | str:
+    """The action as plain data, or :class:`ActionError` saying why it is no action (the same verdict as
+    ``action_space.contains``); raised before the episode changes, so the caller may send a valid one."""
+    action = as_action(action)
+    problem = action_problem(action)
+    if problem is not None:
+        raise ActionError(f"{problem}; the episode is unchanged, step() again with a valid action")
+    return action
+
+
+def assistant_message(action: dict[str, Any] | str) -> dict[str, Any]:
+    """A checked action (see :func:`checked_action`) as an assistant message; a string is a final answer."""
     if isinstance(action, str):
         return {"role": "assistant", "content": action}
-    if not isinstance(action, Mapping):
-        raise ConfigError(
-            f"action must be an assistant message dict or a string, got {type(action).__name__}"
-        )
     message: dict[str, Any] = {"role": "assistant", "content": action.get("content")}
     calls = action.get("tool_calls") or []
     if calls:
@@ -66,7 +75,7 @@ def select_task(
     rng: np.random.Generator,
 ) -> TaskT:
     """The task ``reset`` options name (``task_id`` or ``index``), else one drawn with the env's RNG."""
-    options = options or {}
+    options = check_reset_options(options)
     if "task_id" in options:
         task_id = str(options["task_id"])
         if task_id not in index_of:
@@ -75,10 +84,27 @@ def select_task(
         return tasks[index_of[task_id]]
     if "index" in options:
         index = options["index"]
-        if not isinstance(index, int) or not 0 <= index < len(tasks):
-            raise ConfigError(f"index must be an integer in [0, {len(tasks)}), got {index!r}")
-        return tasks[index]
+        integral = isinstance(index, (int, np.integer)) and not isinstance(index, (bool, np.bool_))
+        if not integral or not 0 <= index < len(tasks):
+            raise ConfigError(f"reset option index must be an integer in [0, {len(tasks)}), got {index!r}")
+        return tasks[int(index)]
     return tasks[int(rng.integers(len(tasks)))]
+
+
+def check_reset_options(options: Any) -> Mapping[str, Any]:
+    """``reset`` options as a mapping of known keys: a misspelled key must not pick a random task."""
+    if options is None:
+        return {}
+    if not isinstance(options, Mapping):
+        raise ConfigError(f"reset options must be a dict, got {type(options).__name__}")
+    unknown = sorted(map(repr, set(options) - set(RESET_OPTIONS)))
+    if unknown:
+        raise ConfigError(
+            f"unknown reset option(s) {', '.join(unknown)}; valid: {', '.join(map(repr, RESET_OPTIONS))}"
+        )
+    if len(options) > 1:
+        raise ConfigError("reset options name a task by 'task_id' or by 'index', not both")
+    return options
 
 
 def call_record(
@@ -134,10 +160,27 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._turns = 0
         self._calls_made = 0
         self._done = True
+        self._closed = False
+        self._sandbox_spec: tuple[str, dict[str, Any]] | None = None
+        """The backend name and options of an owned sandbox: a copy of the env makes its own from them."""
 
     def _use_sandbox(self, sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> Sandbox:
         self.sandbox, self._owns_sandbox = env_sandbox(sandbox, options)
+        if self._owns_sandbox:
+            self._sandbox_spec = (str(sandbox), dict(options or {}))
         return self.sandbox
+
+    def _begin_reset(self, seed: int | None) -> None:
+        """What every ``reset`` does first: refuse a closed env (the same in every env), seed the RNG."""
+        if self._closed:
+            raise HopgymError("this env was closed; make a new one")
+        super().reset(seed=seed)
+
+    def _check_can_step(self) -> None:
+        if self._closed:
+            raise HopgymError("this env was closed; make a new one")
+        if self._done:
+            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
 
     def _start_episode(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
         self._tools = tools
@@ -148,7 +191,8 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._done = False
 
     def _observation(self) -> dict[str, Any]:
-        return {"messages": MessageHistory(self._messages), "tools": self._tools[:]}
+        # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
+        return {"messages": self._messages[:], "tools": self._tools[:]}
 
     def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
         """The step's ``info``: :meth:`_progress_info` plus what the env adds."""
@@ -170,4 +214,36 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         if self._owns_sandbox and self.sandbox is not None:
             self.sandbox.close()
         self.sandbox = None
+        self._closed = True
+        self._done = True
         super().close()
+
+    # -- copies (pickle, copy.deepcopy, vector envs) -----------------------------------------------
+
+    _REBUILT: tuple[str, ...] = ("sandbox", "_validator")
+    """Attributes a copy rebuilds instead of copying (processes, compiled validators, closures)."""
+
+    def __getstate__(self) -> dict[str, Any]:
+        if self.sandbox is not None and not self._owns_sandbox:
+            raise TypeError(
+                "this env uses a Sandbox instance it was given, which a copy cannot share; make the env "
+                "with a backend name (e.g. sandbox='process') to pickle or copy it"
+            )
+        state = self.__dict__.copy()
+        for key in self._REBUILT:
+            state[key] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """A copy has its own sandbox, made like the original's; mid-episode it holds the episode's tools."""
+        self.__dict__.update(state)
+        self._validator = ToolValidator(self._tools)
+        if self._sandbox_spec is not None and not self._closed:
+            from hopgym.sandbox import make_sandbox
+
+            backend, options = self._sandbox_spec
+            self.sandbox = make_sandbox(backend, **options)
+        self._restore()
+
+    def _restore(self) -> None:
+        """Rebuild what :attr:`_REBUILT` names beyond the sandbox, and reload a running episode's tools."""

@@ -21,6 +21,7 @@ from hopgym.envs.chat import (
     assistant_message,
     call_fields,
     call_record,
+    checked_action,
     select_task,
     tool_message,
 )
@@ -31,7 +32,7 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.envs.feedback import check_feedback_mode, validation_text
-from hopgym.errors import ConfigError, DataError, HopgymError
+from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
 from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
@@ -135,9 +136,7 @@ class FamilyToolEnv(ChatToolEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        super().reset(seed=seed)
-        if self.kg_mode == "tools" and self._runtime is None:
-            raise HopgymError("this env was closed; make a new one")
+        self._begin_reset(seed)
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         tools = [doc.openai_schema() for doc in task.candidate_tools]
@@ -168,13 +167,9 @@ class FamilyToolEnv(ChatToolEnv):
         return bare_query(task)
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        self._check_can_step()
+        action = checked_action(action)
         if isinstance(action, Mapping) and action.get("kg_extraction") is not None:
-            if not isinstance(action["kg_extraction"], str):
-                raise ConfigError(
-                    "the action's 'kg_extraction' must be the raw KG.search(...) text (a string)"
-                )
             self._kg_extraction = action["kg_extraction"]
         message = assistant_message(action)
         self._messages.append(message)
@@ -267,9 +262,19 @@ class FamilyToolEnv(ChatToolEnv):
             "feedback": self.feedback,
             "reading": self.reading,
             "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools run)",
+            "tool_choice": None,  # the official pipeline sends none
             "candidate_tools": sorted(self._candidates),
             **self._progress_info(records),
         }
+
+    _REBUILT = (*ChatToolEnv._REBUILT, "_runtime")
+
+    def _restore(self) -> None:
+        if self.sandbox is None:
+            return
+        self._runtime = KGToolRuntime(self.kg, self.sandbox)
+        if self._task is not None and not self._done:
+            self._runtime.load(generate_kg_tools(self.kg, "family"))
 
     def close(self) -> None:
         self._runtime = None

@@ -24,12 +24,13 @@ from hopgym.envs.chat import (
     assistant_message,
     call_fields,
     call_record,
+    checked_action,
     select_task,
     tool_message,
 )
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.kgtool_scoring import score_answer
-from hopgym.errors import ConfigError, HopgymError, SandboxError
+from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
@@ -88,6 +89,7 @@ class KGToolEnv(ChatToolEnv):
         self.n_distractors = n_distractors
         self._seed = seed
         self._call_timeout = call_timeout
+        self._source_args = (kg, kg_path)
         self.source = load_kg_source(kg, kg_path)
         self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
@@ -122,9 +124,7 @@ class KGToolEnv(ChatToolEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        super().reset(seed=seed)
-        if self.sandbox is None:
-            raise HopgymError("this env was closed; make a new one")
+        self._begin_reset(seed)
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._ensure_loaded()
         self._task = task
@@ -137,6 +137,13 @@ class KGToolEnv(ChatToolEnv):
             ],
         )
         return self._observation(), self._info([])
+
+    _REBUILT = (*ChatToolEnv._REBUILT, "source")
+
+    def _restore(self) -> None:
+        self.source = load_kg_source(*self._source_args)  # cached: the graph is shared, not reloaded
+        if self.sandbox is not None and self._task is not None and not self._done:
+            self._ensure_loaded()
 
     def _ensure_loaded(self) -> None:
         """Load the KG and all its tools into the sandbox unless it already holds exactly them."""
@@ -154,8 +161,8 @@ class KGToolEnv(ChatToolEnv):
             raise SandboxError(f"the sandbox did not keep the {self.source.name} tools loaded: {probe.error}")
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        self._check_can_step()
+        action = checked_action(action)
         message = assistant_message(action)
         self._messages.append(message)
         self._turns += 1

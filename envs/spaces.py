@@ -2,59 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, overload
+import multiprocessing
+import pickle
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import create_shared_memory, read_from_shared_memory, write_to_shared_memory
 
 ROLES = frozenset({"system", "user", "assistant", "tool"})
 _SAMPLE_WORDS = ("yes", "no", "unknown", "1", "2", "10", "Paris", "London", "1990", "blue")
-
-
-class MessageHistory(Sequence[dict[str, Any]]):
-    """A read-only view of the first ``length`` messages of an append-only episode history.
-
-    The env hands out one view per step instead of copying the history, so a step costs the same at
-    turn 9 as at turn 1 while every observation a user keeps stays exactly as it was returned.
-    ``list(view)`` gives a plain list (e.g. to send to a model client).
-    """
-
-    __slots__ = ("_length", "_messages")
-
-    def __init__(self, messages: list[dict[str, Any]], length: int | None = None) -> None:
-        self._messages = messages
-        self._length = len(messages) if length is None else length
-
-    def __len__(self) -> int:
-        return self._length
-
-    @overload
-    def __getitem__(self, index: int) -> dict[str, Any]: ...
-    @overload
-    def __getitem__(self, index: slice) -> list[dict[str, Any]]: ...
-    def __getitem__(self, index: int | slice) -> dict[str, Any] | list[dict[str, Any]]:
-        if isinstance(index, slice):
-            return self._messages[: self._length][index]
-        if index < 0:
-            index += self._length
-        if not 0 <= index < self._length:
-            raise IndexError("message index out of range")
-        return self._messages[index]
-
-    def __iter__(self) -> Iterator[dict[str, Any]]:
-        for index in range(self._length):
-            yield self._messages[index]
-
-    def __eq__(self, other: object) -> bool:
-        if not isinstance(other, Sequence) or isinstance(other, str):
-            return NotImplemented
-        return len(self) == len(other) and all(a == b for a, b in zip(self, other, strict=True))
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"MessageHistory({list(self)!r})"
 
 
 def _is_message(message: Any) -> bool:
@@ -105,8 +63,64 @@ class ChatObservationSpace(spaces.Space[dict[str, Any]]):
         return "ChatObservationSpace()"
 
 
+def _plain(value: Any) -> Any:
+    dump = getattr(value, "model_dump", None)
+    return dump() if callable(dump) and not isinstance(value, (str, Mapping)) else value
+
+
+def as_action(action: Any) -> Any:
+    """The action as plain data: a pydantic message object (the openai SDK's ``ChatCompletionMessage``,
+    litellm's ``Message``), as a user passes ``response.choices[0].message``, becomes its dict, and so do
+    such tool-call objects inside a dict's ``tool_calls``."""
+    action = _plain(action)
+    calls = action.get("tool_calls") if isinstance(action, Mapping) else None
+    if isinstance(calls, (list, tuple)) and any(_plain(call) is not call for call in calls):
+        action = {**action, "tool_calls": [_plain(call) for call in calls]}
+    return action
+
+
+def _call_problem(call: Any, position: int) -> str | None:
+    if not isinstance(call, Mapping):
+        return f"tool_calls[{position}] must be a dict (an OpenAI tool call), got {type(call).__name__}"
+    function = call.get("function")
+    if function is not None and not isinstance(function, Mapping):
+        return f"tool_calls[{position}]['function'] must be a dict with 'name' and 'arguments'"
+    if "name" not in (function if function is not None else call):
+        return f"tool_calls[{position}] has no 'name' (nor a 'function' holding one)"
+    return None
+
+
+def action_problem(action: Any) -> str | None:
+    """Why ``action`` is not an assistant message or a final answer string, or None when it is one.
+
+    ``step`` and ``action_space.contains`` share this check, so what one rejects the other rejects too,
+    and nothing malformed is ever reinterpreted (a string ``tool_calls`` is not a list of calls).
+    """
+    if isinstance(action, str):
+        return None
+    if not isinstance(action, Mapping):
+        return f"an action is an assistant message dict or a string, got {type(action).__name__}"
+    role = action.get("role", "assistant")
+    if role != "assistant":
+        return f"an action's role must be 'assistant', got {role!r}"
+    if not isinstance(action.get("content"), (str, type(None))):
+        return f"an action's content must be a string or None, got {type(action['content']).__name__}"
+    for key in ("code", "kg_extraction"):
+        if not isinstance(action.get(key), (str, type(None))):
+            return f"an action's {key!r} must be a string, got {type(action[key]).__name__}"
+    calls = action.get("tool_calls")
+    if calls is None:
+        return None
+    if not isinstance(calls, (list, tuple)):
+        return f"an action's tool_calls must be a list of tool calls, got {type(calls).__name__}"
+    return next(
+        (problem for i, call in enumerate(calls) if (problem := _call_problem(call, i)) is not None), None
+    )
+
+
 class AssistantActionSpace(spaces.Space[Any]):
-    """An assistant message ``{"role": "assistant", "content", "tool_calls"}`` or a plain answer string.
+    """An assistant message ``{"role": "assistant", "content", "tool_calls"}`` (a dict, or an openai /
+    litellm message object) or a plain answer string; :func:`action_problem` says what is rejected.
 
     ``sample()`` returns a final answer (a short string), never a tool call: random calls would only be
     hallucinations, and a final answer keeps ``check_env``'s determinism checks meaningful.
@@ -120,12 +134,7 @@ class AssistantActionSpace(spaces.Space[Any]):
         return False
 
     def contains(self, x: Any) -> bool:
-        if isinstance(x, str):
-            return True
-        if not isinstance(x, Mapping) or x.get("role", "assistant") != "assistant":
-            return False
-        calls = x.get("tool_calls") or []
-        return isinstance(x.get("content"), (str, type(None))) and isinstance(calls, Sequence)
+        return action_problem(as_action(x)) is None
 
     def sample(self, mask: Any = None, probability: Any = None) -> str:
         return str(self.np_random.choice(_SAMPLE_WORDS))
@@ -135,3 +144,62 @@ class AssistantActionSpace(spaces.Space[Any]):
 
     def __repr__(self) -> str:
         return "AssistantActionSpace()"
+
+
+# -- gymnasium's AsyncVectorEnv (shared_memory=True, its default) -----------------------------------------
+
+SHARED_SLOT_BYTES = 8 * 2**20
+"""Room for one env's pickled observation in an async vector env's shared buffer; a larger one fails
+with a message pointing at ``shared_memory=False``, which has no such cap."""
+_LENGTH = np.dtype("<u8")
+
+
+class SharedObservations(Sequence[dict[str, Any]]):
+    """The vector env's view of the shared buffer: item ``i`` is env ``i``'s latest observation;
+    ``copy.deepcopy`` (what the vector env returns by default) gives a plain tuple of them."""
+
+    def __init__(self, buffer: Any, n: int) -> None:
+        self._bytes = np.frombuffer(buffer, dtype=np.uint8)
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return tuple(self[i] for i in range(self._n)[index])
+        start = range(self._n)[index] * SHARED_SLOT_BYTES
+        length = int(self._bytes[start : start + _LENGTH.itemsize].view(_LENGTH)[0])
+        if length == 0:
+            return None
+        body = start + _LENGTH.itemsize
+        return pickle.loads(self._bytes[body : body + length].tobytes())
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> tuple[Any, ...]:
+        return tuple(self)
+
+
+@create_shared_memory.register(ChatObservationSpace)
+def _create_chat_shared_memory(space: ChatObservationSpace, n: int = 1, ctx: Any = multiprocessing) -> Any:
+    return ctx.Array("B", n * SHARED_SLOT_BYTES, lock=False)
+
+
+@read_from_shared_memory.register(ChatObservationSpace)
+def _read_chat_shared_memory(space: ChatObservationSpace, shared_memory: Any, n: int = 1) -> Any:
+    return SharedObservations(shared_memory, n)
+
+
+@write_to_shared_memory.register(ChatObservationSpace)
+def _write_chat_shared_memory(
+    space: ChatObservationSpace, index: int, value: Mapping[str, Any], shared_memory: Any
+) -> None:
+    data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+    room = SHARED_SLOT_BYTES - _LENGTH.itemsize
+    if len(data) > room:
+        raise ValueError(
+            f"an observation of {len(data)} bytes exceeds the {room}-byte shared-memory slot; "
+            "make the vector env with shared_memory=False"
+        )
+    slot = np.frombuffer(shared_memory, dtype=np.uint8)[index * SHARED_SLOT_BYTES :]
+    slot[_LENGTH.itemsize : _LENGTH.itemsize + len(data)] = np.frombuffer(data, dtype=np.uint8)
+    slot[: _LENGTH.itemsize] = np.frombuffer(np.array([len(data)], dtype=_LENGTH).tobytes(), np.uint8)

@@ -11,6 +11,7 @@ from hopgym.envs.chat import (
     assistant_message,
     call_fields,
     call_record,
+    checked_action,
     select_task,
     tool_message,
 )
@@ -18,7 +19,7 @@ from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import get_scorer
-from hopgym.errors import ConfigError, HopgymError
+from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
@@ -65,9 +66,7 @@ class ToolHopEnv(ChatToolEnv):
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[dict[str, Any], dict[str, Any]]:
-        super().reset(seed=seed)
-        if self.scenario != "direct" and self.sandbox is None:
-            raise HopgymError("this env was closed; make a new one")
+        self._begin_reset(seed)
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         self._load_errors = ()
@@ -86,8 +85,8 @@ class ToolHopEnv(ChatToolEnv):
         return self._observation(), self._info([])
 
     def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        if self._task is None or self._done:
-            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        self._check_can_step()
+        action = checked_action(action)
         code = code_of(action)
         if code is not None and self.sandbox is not None:
             return self._step_code(action, code)
@@ -105,6 +104,10 @@ class ToolHopEnv(ChatToolEnv):
 
         records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
         return self._turn_ran_tools(records)
+
+    def _restore(self) -> None:
+        if self.sandbox is not None and self._task is not None and not self._done:
+            self.sandbox.load(self._task.tool_sources)
 
     def _step_code(
         self, action: Mapping[str, Any], code: str

@@ -15,6 +15,7 @@ _ENVS = {
     "FamilyTool-v0": "hopgym.envs.familytool:FamilyToolEnv",
     "KGTool-v0": "hopgym.envs.kgtool:KGToolEnv",
 }
+ENV_IDS = tuple(_ENVS)
 
 for _env_id, _entry_point in _ENVS.items():
     if _env_id not in registry:

@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from hopgym.errors import HopgymError
+from hopgym.errors import HopgymError, one_line
 
 # Each module defines ``register(subparsers)`` adding its subcommand with ``set_defaults(func=...)``.
 COMMAND_MODULES = (
@@ -24,11 +24,17 @@ COMMAND_MODULES = (
 )
 
 
+DEBUG_HELP = "show the full traceback of an error (by default: one line naming its cause)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="hopgym", description=__doc__)
+    parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
+    for subparser in subparsers.choices.values():  # `hopgym eval ... --debug` works too
+        subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
     return parser
 
 
@@ -45,8 +51,16 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except HopgymError as exc:
-        print(f"hopgym: error: {exc}", file=sys.stderr)
+        if args.debug:
+            raise
+        print(f"hopgym: error: {one_line(str(exc), limit=2000)}", file=sys.stderr)
         return 2
+    except Exception as exc:  # a bug, or a library's error we did not foresee: still one line
+        if args.debug:
+            raise
+        cause = one_line(f"{type(exc).__name__}: {exc}", limit=2000)
+        print(f"hopgym: error: {cause} (--debug shows the traceback)", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("hopgym: interrupted", file=sys.stderr)
         return 130

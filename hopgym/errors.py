@@ -3,6 +3,12 @@
 from __future__ import annotations
 
 
+def one_line(text: str, limit: int = 500) -> str:
+    """``text`` on one line of at most ``limit`` characters: an error's cause in a record or a message."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 class HopgymError(Exception):
     """Base class of every error hopgym raises on purpose."""
 
@@ -17,6 +23,10 @@ class DownloadError(DataError):
 
 class ConfigError(HopgymError, ValueError):
     """An env, agent or CLI option has a value that is not allowed."""
+
+
+class ActionError(HopgymError, ValueError):
+    """An action given to ``step`` is not an assistant message or a final answer; the episode is unchanged."""
 
 
 class SandboxError(HopgymError):

@@ -6,6 +6,7 @@ import importlib
 from typing import Any
 
 from hopgym.errors import ConfigError
+from hopgym.options import check_keywords
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox, ToolCallHook
 
 BACKENDS = ("process", "docker")
@@ -18,7 +19,10 @@ def make_sandbox(backend: str = "process", **options: Any) -> Sandbox:
     if backend == "process":
         from hopgym.sandbox.process import ProcessSandbox
 
-        return ProcessSandbox(**options)
-    if backend == "docker":
-        return importlib.import_module("hopgym.sandbox.docker_backend").DockerSandbox(**options)
-    raise ConfigError(f"sandbox backend {backend!r} is unknown; valid: {', '.join(BACKENDS)}")
+        backend_class: type[Sandbox] = ProcessSandbox
+    elif backend == "docker":
+        backend_class = importlib.import_module("hopgym.sandbox.docker_backend").DockerSandbox
+    else:
+        raise ConfigError(f"sandbox backend {backend!r} is unknown; valid: {', '.join(BACKENDS)}")
+    check_keywords(backend_class.__init__, options, f"the {backend} sandbox (sandbox_options)")
+    return backend_class(**options)

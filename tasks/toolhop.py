@@ -19,19 +19,28 @@ _REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
 _TASK_FIELDS = frozenset({*_REQUIRED_FIELDS, "id", "domain", "hop_count", "gold_calls"})
 
 
+def _jsonl_row(path: Path, number: int, line: str) -> Any:
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"{path}:{number}: not a JSON row ({exc.msg} at column {exc.colno})") from exc
+
+
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of an official JSON list or a JSONL file (the first non-blank character tells which)."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise DataError(f"cannot read ToolHop data {str(path)!r}: {exc}") from exc
-    try:
-        if text.lstrip().startswith("["):
+    if text.lstrip().startswith("["):
+        try:
             rows = json.loads(text)
-        else:
-            rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-    except json.JSONDecodeError as exc:
-        raise DataError(f"{str(path)!r} is neither a JSON list nor JSONL: {exc}") from exc
+        except json.JSONDecodeError as exc:
+            raise DataError(f"{str(path)!r} is not a valid JSON list: {exc}") from exc
+    else:
+        rows = [
+            _jsonl_row(path, number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()
+        ]
     if not all(isinstance(row, dict) for row in rows):
         raise DataError(f"{str(path)!r}: every row must be a JSON object")
     return rows

@@ -4,8 +4,14 @@ ToolHop-v0 and a scripted oracle solves it."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import os
 import re
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +19,7 @@ import gymnasium as gym
 import pytest
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.construct import read_query_rows, report_path
+from hopgym.agents.construct import read_query_rows, report_path, rows_path
 from hopgym.agents.construct_verify import check_execution, check_signature, parse_proposed_call
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
@@ -247,3 +253,67 @@ def test_hop_order_is_recovered_from_real_toolhop_rows() -> None:
         "What is the sum of all the digits in the day, month and year of 11 July 1302?",
     ]
     assert sum(row.sub_tasks[-1][1].lower() == row.answer.lower() for row in rows) == 100
+
+
+def marked(question: str, row_id: str) -> str:
+    return f"{question} [row {row_id}]"
+
+
+def slow_marked_model(request: dict[str, Any]) -> ScriptedReply:
+    """:func:`constructing_model` for questions marked with their row (:func:`marked`), 0.15 s per reply."""
+    messages = [
+        {**message, "content": re.sub(r" \[row [^\]]+\]", "", message["content"])}
+        for message in request["messages"]
+    ]
+    return dataclasses.replace(constructing_model({**request, "messages": messages}), delay=0.15)
+
+
+def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_path: Path) -> None:
+    rows = [
+        {
+            "id": f"{row['id']}-{copy}",
+            "question": row["question"],
+            "answer": row["answer"],
+            "sub_tasks": [[marked(q, f"{row['id']}-{copy}"), a] for q, a in row["sub_tasks"]],
+        }
+        for copy in range(4)
+        for row in ROWS
+    ]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "dataset.json"
+    progress = rows_path(out)
+    with ScriptedModelServer(slow_marked_model) as server:
+        command = [
+            sys.executable, "-m", "hopgym.cli", "construct", "--input", str(queries), "--model", server.model,
+            "--api-base", server.api_base, "--api-key", "sk", "--out", str(out), "--max-attempts", "2",
+            "--concurrency", "3", "--no-progress",
+        ]  # fmt: skip
+        first = subprocess.Popen(command, start_new_session=True)
+        deadline = time.monotonic() + 120
+        while not (progress.exists() and len(progress.read_text().splitlines()) >= 2):
+            assert first.poll() is None and time.monotonic() < deadline, "the first run did not progress"
+            time.sleep(0.05)
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=60)
+        before = progress.read_text()
+        done_before = [json.loads(line)["id"] for line in before.splitlines()]
+        assert 2 <= len(done_before) < len(rows)
+        assert not out.exists()  # the dataset is written only once every row is done
+        seen = len(server.requests)
+        again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+        assert again.returncode == 2 and "--resume" in again.stderr  # a finished row is never redone silently
+        resumed = subprocess.run([*command, "--resume"], capture_output=True, text=True, timeout=300)
+        later = server.requests[seen:]
+    assert resumed.returncode == 0, resumed.stderr
+    after = progress.read_text()
+    assert after.startswith(before)
+    ids = [json.loads(line)["id"] for line in after.splitlines()]
+    assert sorted(ids) == sorted(row["id"] for row in rows)  # every row exactly once
+    asked = {row_id for r in later for row_id in re.findall(r"\[row ([^\]]+)\]", r["messages"][0]["content"])}
+    assert asked and not asked & set(done_before)  # the resumed run asked nothing for a finished row
+    report = json.loads(report_path(out).read_text())
+    assert report["rows"] == 12 and report["rows_passed"] == 8 and report["tools_passed"] == 20
+    assert [row["id"] for row in report["details"]] == [row["id"] for row in rows]
+    dataset = json.loads(out.read_text())
+    assert [row["id"] for row in dataset] == [r["id"] for r in rows if not r["id"].startswith("atlantis")]

@@ -12,7 +12,7 @@ from gymnasium.utils.env_checker import check_env
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.familytool import FamilyToolEnv
 from hopgym.envs.familytool_metrics import aggregate_metrics
-from hopgym.errors import ConfigError, HopgymError
+from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER
 
@@ -232,5 +232,5 @@ def test_bad_options_name_the_valid_values():
         FamilyToolEnv(extraction="retrieval", retriever="no_such_module:f")
     env = FamilyToolEnv(kg="gold")
     env.reset(options={"index": 0})
-    with pytest.raises(ConfigError, match="kg_extraction"):
+    with pytest.raises(ActionError, match="kg_extraction"):
         env.step({"role": "assistant", "content": "", "kg_extraction": ["Jack", "father"]})

@@ -22,6 +22,7 @@ from hopgym.commands.eval import parse_key_values
 from hopgym.envs.metrics import table4_metrics
 from hopgym.errors import ConfigError
 from hopgym.tasks.toolhop import load_toolhop
+from tests.shared_data import SUBSET
 
 TASKS = load_toolhop()
 TASK_BY_QUESTION = {task.question: task for task in TASKS}
@@ -162,3 +163,123 @@ def test_key_value_options_parse_json_values() -> None:
     }
     with pytest.raises(ConfigError, match="KEY=VALUE"):
         parse_key_values(["novalue"], "--env-arg")
+
+
+def cli_eval(server: ScriptedModelServer, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    """``hopgym eval`` in a real subprocess; the timeout turns a hang into a failure, not a stuck test."""
+    command = eval_command(server, out, *extra)
+    return subprocess.run(command, capture_output=True, text=True, timeout=300)
+
+
+def last_line(stderr: str) -> str:
+    return stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize("concurrency", ["1", "4"])
+def test_a_run_whose_every_episode_fails_outside_the_model_ends_recorded_and_exits_1(
+    tmp_path: Path, concurrency: str
+) -> None:
+    """The kgetool agent fails every ToolHop episode before any model call; each failed episode's env is
+    discarded. The run used to wait forever for an env once ``concurrency`` of them were gone."""
+    out = tmp_path / "run"
+    with ScriptedModelServer(solving_policy()) as server:
+        done = cli_eval(server, out, "--agent", "kgetool", "--limit", "5", "--concurrency", concurrency)
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    assert last_line(done.stderr).startswith("hopgym: error: no episode reached the model (5 of 5 episodes")
+    assert "info['live_kg']" in last_line(done.stderr)
+    records = read_records(out)
+    assert sorted(r["index"] for r in records) == [0, 1, 2, 3, 4]
+    assert all("ConfigError" in r["error"] for r in records)
+
+
+def test_an_unreachable_model_server_exits_1_with_the_cause(tmp_path: Path) -> None:
+    command = [
+        sys.executable, "-m", "hopgym.cli", "eval", "--model", "openai/none", "--api-base",
+        "http://127.0.0.1:9/v1", "--api-key", "sk", "--limit", "2", "--max-retries", "0",
+        "--out", str(tmp_path / "run"), "--no-progress",
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert last_line(done.stderr).startswith("hopgym: error: no episode reached the model (2 of 2")
+    assert "ModelError" in last_line(done.stderr)
+
+
+def test_a_run_with_some_failed_episodes_says_so_and_exits_0(tmp_path: Path) -> None:
+    with ScriptedModelServer(solving_policy(fail_index=1)) as server:
+        done = cli_eval(server, tmp_path / "run", "--limit", "3", "--max-retries", "0")
+    assert done.returncode == 0, done.stderr
+    line = last_line(done.stderr)
+    assert line.startswith("hopgym: 1 of 3 episodes failed (see 'error' in episodes.jsonl)")
+    assert "ModelError" in line
+
+
+def test_any_exception_of_one_episode_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
+    """Fault injection: the agent raises a plain RuntimeError (no hopgym error) in one episode."""
+    from hopgym.agents.fc import FunctionCallingAgent
+
+    act = FunctionCallingAgent.act
+
+    async def failing_act(self, observation, info):
+        if question_of({"messages": observation["messages"]}) == TASKS[1].question:
+            raise RuntimeError("a bug in one episode")
+        return await act(self, observation, info)
+
+    monkeypatch.setattr(FunctionCallingAgent, "act", failing_act)
+    with ScriptedModelServer(solving_policy(correct_every=1)) as server:
+        summary = run(server, tmp_path / "run", limit=4, concurrency=1)
+    records = {r["index"]: r for r in read_records(tmp_path / "run")}
+    assert records[1]["error"] == "RuntimeError: a bug in one episode"
+    assert all(records[i]["error"] is None and records[i]["correct"] for i in (0, 2, 3))
+    assert summary["errors"] == 1
+
+
+def ran(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    code = main(argv)
+    return code, capsys.readouterr().err
+
+
+def test_cli_mistakes_are_one_line_and_leave_no_run_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    corrupt = tmp_path / "corrupt.jsonl"
+    rows = SUBSET.read_text().splitlines()[:2]
+    corrupt.write_text("\n".join([*rows, '{"question": "broken']) + "\n")
+    out = tmp_path / "run"
+    base = ["eval", "--model", "openai/x", "--api-base", "http://127.0.0.1:9/v1", "--out", str(out)]
+    cases = [
+        (["--env-arg", "maxturns=3"], "env ToolHop-v0 has no option 'maxturns' (did you mean 'max_turns'?)"),
+        (["--env", "ToolHop-v2"], "unknown env 'ToolHop-v2' (did you mean 'ToolHop-v0'?); valid: ToolHop-v0"),
+        (
+            ["--env-arg", 'sandbox_options={"timout": 3}'],
+            "has no option 'timout' (did you mean 'timeout'?); valid: isolation",
+        ),
+        (["--env-arg", "sandbox_options=3"], "sandbox_options must be a dict of options, got int"),
+        (["--data", str(corrupt)], f"{corrupt}:3: not a JSON row"),
+        (["--feedback", "verbose"], "verbose"),
+        (["--agent", "fcc"], "unknown agent 'fcc'"),
+        (["--agent-arg", "retries=2"], "agent 'fc' has no option 'retries'"),
+        (["--concurrency", "0"], "--concurrency must be at least 1"),
+    ]
+    for extra, message in cases:
+        code, err = ran([*base, *extra], capsys)
+        assert code == 2, extra
+        assert len(err.strip().splitlines()) == 1 and err.startswith("hopgym: error: "), err
+        assert message in err, err
+        assert not out.exists(), extra  # nothing written: the corrected command needs no --resume
+    with pytest.raises(ConfigError, match="maxturns"):
+        main([*base, "--env-arg", "maxturns=3", "--debug"])
+
+
+def test_a_typo_then_the_corrected_command_runs_without_resume(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    with ScriptedModelServer(solving_policy()) as server:
+        argv = ["eval", "--model", server.model, "--api-base", server.api_base, "--api-key", "sk"]
+        argv += ["--limit", "2", "--out", str(out), "--no-progress"]
+        code, err = ran([*argv, "--feedback", "verbose"], capsys)
+        assert code == 2 and "feedback" in err and not out.exists()
+        code, err = ran([*argv, "--feedback", "minimal"], capsys)
+    assert code == 0, err
+    assert len(read_records(out)) == 2

@@ -161,9 +161,13 @@ def test_bad_files_raise_data_errors(tmp_path):
     with pytest.raises(DataError, match="is not a file"):
         load_toolhop(tmp_path / "missing.json")
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("{not json}\n")
-    with pytest.raises(DataError, match="neither a JSON list nor JSONL"):
-        load_toolhop(bad)
+    bad.write_text('{"id": "a"}\n\n{not json}\n')
+    with pytest.raises(DataError, match=r"bad.jsonl:3: not a JSON row \(Expecting property name"):
+        load_toolhop(bad)  # the real line number, blank lines counted
+    broken_list = tmp_path / "bad.json"
+    broken_list.write_text("[{")
+    with pytest.raises(DataError, match="is not a valid JSON list"):
+        load_toolhop(broken_list)
     incomplete = tmp_path / "incomplete.jsonl"
     incomplete.write_text(json.dumps({"id": "x", "question": "q"}) + "\n")
     with pytest.raises(DataError, match="row x: missing fields"):

@@ -16,7 +16,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "sub-answer] pairs; a ToolHop file works too), asks the model for each hop's tool document, refined "
         "document and code, verifies the code in the sandbox (retrying with the failure), and writes the "
         "verified rows to OUT as an official-format ToolHop JSON list and the per-stage report to OUT with "
-        "suffix .report.json.",
+        "suffix .report.json. Each finished row is appended to OUT with suffix .rows.jsonl at once, so "
+        "--resume continues an interrupted construction without losing or redoing rows.",
     )
     parser.add_argument("--input", required=True, type=Path, help="JSONL or JSON list of query rows")
     parser.add_argument(
@@ -26,6 +27,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-base", help="base URL of the model server")
     parser.add_argument("--api-key", help="API key for the model server")
     parser.add_argument("--limit", type=int, help="construct only the first N rows")
+    parser.add_argument("--concurrency", type=int, default=4, help="rows constructed at once (default: 4)")
+    parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="continue an interrupted construction of OUT, skipping finished rows",
+    )
     parser.add_argument("--max-attempts", type=int, default=3, help="attempts per stage (default: 3)")
     parser.add_argument(
         "--sandbox", default="process", help="sandbox backend for verification (default: process)"
@@ -47,6 +54,7 @@ def run(args: argparse.Namespace) -> int:
         read_query_rows,
         report_markdown,
         report_path,
+        rows_path,
     )
     from hopgym.agents.model import ModelClient, ModelConfig
     from hopgym.errors import ConfigError
@@ -54,6 +62,8 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
+    if args.concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")
     rows = read_query_rows(args.input, args.limit)
     with eval_command.model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
         settings = {
@@ -67,7 +77,15 @@ def run(args: argparse.Namespace) -> int:
         config = ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries)
         client = ModelClient(config)
         constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)
-        report = construct_dataset(rows, constructor, args.out, settings, progress=not args.no_progress)
+        report = construct_dataset(
+            rows,
+            constructor,
+            args.out,
+            settings,
+            progress=not args.no_progress,
+            concurrency=args.concurrency,
+            resume=args.resume,
+        )
     print(report_markdown(report))
-    print(f"\ndataset: {args.out}\nreport: {report_path(args.out)}")
+    print(f"\ndataset: {args.out}\nreport: {report_path(args.out)}\nrows: {rows_path(args.out)}")
     return 0

@@ -6,6 +6,7 @@ import argparse
 import contextlib
 import json
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,8 @@ def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.kgetool_tables import familytool_tables_for_run
     from hopgym.agents.model import ModelConfig
-    from hopgym.agents.runner import EvalConfig, EvalRun
+    from hopgym.agents.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
     from hopgym.agents.summary import markdown_table, run_title
 
     with model_endpoint(args) as endpoint:
@@ -134,4 +136,7 @@ def run(args: argparse.Namespace) -> int:
     tables = familytool_tables_for_run(config.out)  # the paper's Tables 3 and 4/5 for FamilyTool runs
     if tables:
         print(f"\n{tables}")
-    return 0
+    status, verdict = run_verdict(read_episodes(config.out / EPISODES_FILE))
+    if verdict is not None:
+        print(f"hopgym: {'error: ' if status else ''}{verdict}", file=sys.stderr)
+    return status
