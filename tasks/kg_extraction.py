@@ -9,9 +9,9 @@ Three modes, each in two readings (``official`` by default, so numbers compare w
 - ``greedy``: the paper's Greedy Search, which the official code names "exact". Official reading: each hop
   follows the first tail; at a failing hop (a made-up relation, a relation missing at the current node, a
   hop from a leaf) all outgoing edges of the node are added in the KG's triple order, the result is marked
-  bad, and only the longest branches are kept (see METRICS.md). Paper reading: a made-up relation is a
-  wildcard (any outgoing edge), every tail is followed, and walks that cannot finish are dropped; a made-up
-  relation marks the result bad.
+  bad, no later failing hop of that call expands again, and only the longest branches are kept. Paper
+  reading: a made-up relation is a wildcard (any outgoing edge), every tail is followed, and walks that
+  cannot finish are dropped; a made-up relation marks the result bad.
 - ``retrieval``: Relation Retrieval. Made-up relations are replaced by the top-k real relations of a
   retriever (the official code fixes k at 3) and the cartesian product of the candidates is walked,
   deduplicated by end entity (the first path to reach it wins), only the longest kept, never marked bad.
@@ -29,7 +29,8 @@ Three modes, each in two readings (``official`` by default, so numbers compare w
 The official path parser glues the "all relations" item ``全部`` onto the relation before it when the path
 has two items or more (``path=[mother, 全部]`` is the one relation ``mother全部``), which then counts as a
 made-up relation: greedy expands it, retrieval asks the retriever for it. The paper reading keeps the items
-as written.
+as written. All spaces are deleted before parsing, so a start such as ``"Mr. Smith"`` (familykg-e) becomes
+the unknown ``Mr.Smith``; a call whose start the KG does not hold contributes nothing, in every mode.
 
 The output is rendered as the official code renders it: one ``([[h, r, t], ...])`` group per extracted path,
 each followed by the call's marker (``<bad_extract>`` or nothing); ``""`` when no call yields anything,
