@@ -1,11 +1,12 @@
 """FamilyTool's metrics: KG extraction (EM, F1, No-Hallucination, Coverage, Format Error) and tool use
 (EM, Tool Acc, Value Acc), per episode and over a dataset.
 
-``reading="official"`` (default) reproduces the official code (KGETool + UnifiedToolHub strict mode, see
-``data/familytool/METRICS.md``) so numbers compare with the paper's tables; ``reading="paper"`` follows the
-paper's prose where it differs: Value Acc counts each gold parameter as one sample (micro average over the
-dataset), No-Hallucination counts relation paths (micro average over paths), and Format Error is a query
-without any usable ``KG.search`` call (a known start and a path), whatever the extraction produced.
+``reading="official"`` (default) reproduces the official code (KGETool + UnifiedToolHub strict mode; the
+extraction quirks are listed in :mod:`hopgym.tasks.kg_extraction`) so numbers compare with the paper's
+tables; ``reading="paper"`` follows the paper's prose where it differs: Value Acc counts each gold parameter
+as one sample (micro average over the dataset), No-Hallucination counts relation paths (micro average over
+paths), and Format Error is a query without any usable ``KG.search`` call (a known start and a path),
+whatever the extraction produced.
 Per-episode values are fractions in [0, 1]; dataset values are fractions too (tables print x100).
 """
 

@@ -8,15 +8,29 @@ Three modes, each in two readings (``official`` by default, so numbers compare w
   (the official walk); paper reading: every tail.
 - ``greedy``: the paper's Greedy Search, which the official code names "exact". Official reading: each hop
   follows the first tail; at a failing hop (a made-up relation, a relation missing at the current node, a
-  hop from a leaf) all outgoing edges of the node are added, the result is marked bad, and only the longest
-  branches are kept (see METRICS.md). Paper reading: a made-up relation is a wildcard (any outgoing edge),
-  every tail is followed, and walks that cannot finish are dropped; a made-up relation marks the result bad.
+  hop from a leaf) all outgoing edges of the node are added in the KG's triple order, the result is marked
+  bad, no later failing hop of that call expands again, and only the longest branches are kept. Paper
+  reading: a made-up relation is a wildcard (any outgoing edge), every tail is followed, and walks that
+  cannot finish are dropped; a made-up relation marks the result bad.
 - ``retrieval``: Relation Retrieval. Made-up relations are replaced by the top-k real relations of a
-  retriever and the cartesian product of the candidates is walked, deduplicated by end entity, never marked
-  bad. Official quirk kept in the official reading: a hop is tried only when the *start* entity has that
-  relation, and a hop that cannot be taken is skipped (so the walk can end on the wrong entity). Paper
-  reading: hops are checked at the current node, paths that cannot be walked to the end are dropped, and
-  the result is bad only when none is left.
+  retriever (the official code fixes k at 3) and the cartesian product of the candidates is walked,
+  deduplicated by end entity (the first path to reach it wins), only the longest kept, never marked bad.
+  Official quirks kept in the official reading: a hop is tried only when the call's *original start* entity
+  has that relation, and a hop that cannot be taken is skipped, so later hops are skipped and the walk can
+  end on the wrong entity (``start=Alice, path=[son, teacher, prefer_pickup_location]`` in familykg-e ends
+  on Bob's pickup location, since Alice has no teacher). The official lookup table is a ``defaultdict``:
+  looking up a node that lacks the relation stores an empty entry, and a *later call of the same output*
+  whose start is that node then passes the check for that relation (familykg-b: after
+  ``start=Jack, path=[wife, prefer_departure]``, the call ``start=Alice, path=[son, prefer_departure]``
+  walks to Bob's departure although Alice has no prefer_departure; in the other order it stops at Bob).
+  Paper reading: hops are checked at the current node, paths that cannot be walked to the end are dropped,
+  and the result is bad only when none is left.
+
+The official path parser glues the "all relations" item ``全部`` onto the relation before it when the path
+has two items or more (``path=[mother, 全部]`` is the one relation ``mother全部``), which then counts as a
+made-up relation: greedy expands it, retrieval asks the retriever for it. The paper reading keeps the items
+as written. All spaces are deleted before parsing, so a start such as ``"Mr. Smith"`` (familykg-e) becomes
+the unknown ``Mr.Smith``; a call whose start the KG does not hold contributes nothing, in every mode.
 
 The output is rendered as the official code renders it: one ``([[h, r, t], ...])`` group per extracted path,
 each followed by the call's marker (``<bad_extract>`` or nothing); ``""`` when no call yields anything,
@@ -43,6 +57,7 @@ Retriever = Callable[[str, list[str], int], list[str]]
 EXTRACTION_MODES: tuple[str, ...] = ("exact", "greedy", "retrieval")
 READINGS: tuple[str, ...] = ("official", "paper")
 BAD_EXTRACT = "<bad_extract>"
+ALL_RELATIONS = "\u5168\u90e8"  # 全部, "all": the official parser glues it onto the relation before it
 
 # The official parser: an unescaped dot (so ``KG_search(`` matches too), no match across lines, the first ")".
 _KG_SEARCH_CALL = re.compile(r"KG.search\((.*?)\)")
@@ -88,25 +103,38 @@ class Extraction:
         return tuple(dict.fromkeys(triple for path in self.paths for triple in path))
 
 
-def parse_search_calls(text: str) -> list[SearchCall]:
+def parse_search_calls(text: str, reading: str = "official") -> list[SearchCall]:
     """Every ``KG.search(...)`` call of a reply, parsed as the official code parses it.
 
     Quotes and all spaces are deleted, full-width punctuation is made ASCII and ``<...>`` tags (the prompt's
-    ``<relationship>`` prefix) are removed; keywords are the lowercase ``start=`` / ``path=``.
+    ``<relationship>`` prefix) are removed; keywords are the lowercase ``start=`` / ``path=``. In the
+    official reading an item ``全部`` is glued onto the item before it (see :func:`glue_all_relations`).
     """
+    check_reading(reading)
     calls = []
     for raw in _KG_SEARCH_CALL.findall(text or ""):
         cleaned = _TAG.sub("", raw.translate(_DELETED).translate(_FULL_WIDTH))
         start = _START.search(cleaned)
         path = _PATH.search(cleaned)
-        calls.append(
-            SearchCall(
-                text=raw,
-                start=start.group(1).strip() if start else None,
-                path=tuple(item.strip() for item in path.group(1).split(",")) if path else None,
-            )
-        )
+        items = tuple(item.strip() for item in path.group(1).split(",")) if path else None
+        if items is not None and reading == "official":
+            items = glue_all_relations(items)
+        calls.append(SearchCall(text=raw, start=start.group(1).strip() if start else None, path=items))
     return calls
+
+
+def glue_all_relations(items: Sequence[str]) -> tuple[str, ...]:
+    """The official ``merge_with_previous``, applied to paths of two items or more: every ``全部`` item is
+    appended to the item before it (``[mother, 全部, x]`` -> ``[mother全部, x]``); a leading one stays."""
+    if len(items) < 2:
+        return tuple(items)
+    glued: list[str] = []
+    for item in items:
+        if item == ALL_RELATIONS and glued:
+            glued[-1] += item
+        else:
+            glued.append(item)
+    return tuple(glued)
 
 
 def extract(
@@ -122,10 +150,11 @@ def extract(
     check_options(mode, reading, top_k)
     if mode == "retrieval" and retriever is None:
         raise ConfigError("retrieval extraction needs a retriever: f(relation, relations, k) -> list[str]")
-    calls = parse_search_calls(text)
+    calls = parse_search_calls(text, reading)
     pieces: list[str] = []
     paths: list[tuple[Triple, ...]] = []
     relations = kg.relations()
+    probed: set[tuple[str, str]] = set()  # the official lookup table's empty entries, shared by the calls
     for call in calls:
         if call.path is None:  # a malformed call: scored as a hallucination, not a format error
             pieces.append(BAD_EXTRACT)
@@ -139,7 +168,7 @@ def extract(
             found, bad = walk(kg, call.start, call.path)
         else:
             candidates = _candidate_paths(call.path, relations, retriever, top_k)  # type: ignore[arg-type]
-            found, bad = _retrieval(kg, call.start, candidates, reading)
+            found, bad = _retrieval(kg, call.start, candidates, reading, probed)
         found = _longest(found)
         for path in found:
             pieces.append(f"({[list(triple) for triple in path]})" + (BAD_EXTRACT if bad else ""))
@@ -153,10 +182,14 @@ def check_options(mode: str, reading: str, top_k: int) -> None:
     """ConfigError naming the valid values when an extraction option is not one of them."""
     if mode not in EXTRACTION_MODES:
         raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {mode!r}")
-    if reading not in READINGS:
-        raise ConfigError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+    check_reading(reading)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise ConfigError(f"top_k must be a positive integer, got {top_k!r}")
+
+
+def check_reading(reading: str) -> None:
+    if reading not in READINGS:
+        raise ConfigError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
 
 
 # -- the walks ------------------------------------------------------------------------------------------
@@ -194,8 +227,8 @@ def _greedy_official(kg: KnowledgeGraph, start: str, path: Sequence[str]) -> Fou
         if hop == 0:
             edge = _first_edge(kg, start, relation)
             if edge is None:
-                branches = [[out] for out in kg.out_edges(start)]
-                ends = [out[2] for out in kg.out_edges(start)]
+                branches = [[out] for out in _edges_in_kg_order(kg, start)]
+                ends = [branch[0][2] for branch in branches]
                 bad = True
             else:
                 branches, ends = [[edge]], [edge[2]]
@@ -210,12 +243,18 @@ def _greedy_official(kg: KnowledgeGraph, start: str, path: Sequence[str]) -> Fou
             edge = _first_edge(kg, node, relation)
             if edge is None:
                 if not bad:
-                    branches[index].extend(kg.out_edges(node))
+                    branches[index].extend(_edges_in_kg_order(kg, node))
                     bad = True
             else:
                 branches[index].append(edge)
                 ends[index] = edge[2]
     return [tuple(branch) for branch in branches], bad
+
+
+def _edges_in_kg_order(kg: KnowledgeGraph, entity: str) -> list[Triple]:
+    """The entity's outgoing edges in the order the KG holds its triples (the official ``get_links``), not
+    grouped by relation: familykg-b lists Bob's second prefer_travel_city tail 17 lines after the first."""
+    return [triple for triple in kg if triple[0] == entity]
 
 
 def _greedy_paper(kg: KnowledgeGraph, start: str, path: Sequence[str]) -> Found:
@@ -245,18 +284,27 @@ def _candidate_paths(
     return [tuple(choice) for choice in itertools.product(*options)]
 
 
-def _retrieval(kg: KnowledgeGraph, start: str, candidates: list[tuple[str, ...]], reading: str) -> Found:
+def _retrieval(
+    kg: KnowledgeGraph,
+    start: str,
+    candidates: list[tuple[str, ...]],
+    reading: str,
+    probed: set[tuple[str, str]],
+) -> Found:
+    """``probed`` holds the (entity, relation) pairs earlier lookups of the same output stored empty."""
     paths: list[tuple[Triple, ...]] = []
     if reading == "official":
         for relations in candidates:
             walk: list[Triple] = []
             node = start
             for relation in relations:
-                # The official existence check looks at the start entity, not the current node.
-                if _first_edge(kg, start, relation) is None:
+                # The official existence check looks at the start entity, not the current node; an empty
+                # entry left by an earlier lookup passes it.
+                if (start, relation) not in probed and _first_edge(kg, start, relation) is None:
                     continue
                 edge = _first_edge(kg, node, relation)
                 if edge is None:
+                    probed.add((node, relation))  # the defaultdict lookup stores an empty entry
                     continue
                 walk.append(edge)
                 node = edge[2]

@@ -130,6 +130,35 @@ def test_parsing_follows_the_official_regexes():
     assert [(c.start, c.path) for c in calls] == [("Alice", ("son", "prefer_city")), ("Jack", ("wife",))]
 
 
+def test_official_parser_glues_all_onto_the_previous_relation(kg):
+    def paths(path, reading="official"):
+        return [c.path for c in parse_search_calls(f"KG.search(start=Bob, path=[{path}])", reading)]
+
+    assert paths("mother, 全部, prefer_dinnertime") == [("mother全部", "prefer_dinnertime")]
+    assert paths("mother, 全部, 全部") == [("mother全部全部",)]
+    assert paths("全部, mother") == [("全部", "mother")]  # nothing before it to glue onto
+    assert paths("全部") == [("全部",)]
+    assert paths("mother, 全部", "paper") == [("mother", "全部")]
+    # "mother全部" is made up: greedy expands every edge of Bob, as for any made-up first hop.
+    glued = run("KG.search(start=Bob, path=[mother, 全部])", kg, "greedy")
+    assert glued.text == run("KG.search(start=Bob, path=[mum])", kg, "greedy").text
+    assert glued.triples == tuple(triple for triple in kg if triple[0] == "Bob")  # in KG order
+    assert run("KG.search(start=Bob, path=[mother, 全部])", kg, "exact", "paper").text == BAD_EXTRACT
+
+
+def test_retrieval_official_lookup_table_carries_over_to_later_calls_of_the_same_output(kg):
+    # familykg-b: Jack and Bob have prefer_departure, Alice has none. Officially the first call looks up
+    # (Alice, prefer_departure) after wife, which leaves an empty entry that lets the second call's
+    # hop check at its start Alice pass, so the second call walks on from Bob.
+    first = "KG.search(start=Jack, path=[wife, prefer_departure])"
+    second = "KG.search(start=Alice, path=[son, prefer_departure])"
+    walked = (("Alice", "son", "Bob"), ("Bob", "prefer_departure", "departure_0000"))
+    assert run(f"{first}\n{second}", kg, "retrieval").paths == ((("Jack", "wife", "Alice"),), walked)
+    assert run(f"{second}\n{first}", kg, "retrieval").paths == (walked[:1], (("Jack", "wife", "Alice"),))
+    assert run(second, kg, "retrieval").paths == (walked[:1],)  # the table lives for one output only
+    assert run(second, kg, "retrieval", "paper").paths == (walked,)
+
+
 def test_several_calls_concatenate_in_order(kg):
     text = (
         'KG.search(start="Bob", path=["father","prefer_dinnertime"])\n'
