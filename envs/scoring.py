@@ -9,8 +9,8 @@ from __future__ import annotations
 import re
 import unicodedata
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from hopgym.errors import ConfigError
 
