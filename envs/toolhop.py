@@ -127,7 +127,10 @@ class ToolHopEnv(ChatToolEnv):
         # The official direct scenario makes one model call: its reply is final whatever it holds.
         if not calls or (self._official and self.scenario == "direct"):
             self._done = True
-            correct = self._score(self._task.answer, self._messages)
+            # The official rule may read the tool message before the answer; under the hopgym protocol
+            # that message is hopgym's own text, which the official code never shows: the answer alone.
+            scored = self._messages if self._official else self._messages[-1:]
+            correct = self._score(self._task.answer, scored)
             info = self._info([])
             info.update(correct=correct, answer=self._task.answer)
             return self._observation(), float(correct), True, False, info
