@@ -12,6 +12,7 @@ process, which is why it runs apart from the test process.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import importlib.util
 import json
@@ -64,12 +65,8 @@ def run_case(official, case: dict) -> dict:
 def main(cases_path: str, results_path: str) -> None:
     official = load_official()
     cases = json.loads(Path(cases_path).read_text())
-    real_stdout = sys.stdout
-    sys.stdout = sys.stderr = open(os.devnull, "w")  # the tools' example code prints
-    try:
-        results = [run_case(official, case) for case in cases]
-    finally:
-        sys.stdout = real_stdout
+    with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        results = [run_case(official, case) for case in cases]  # the tools' example code prints
     Path(results_path).write_text(json.dumps(results, ensure_ascii=False))
 
 
