@@ -79,7 +79,9 @@ def test_scorer_lookup():
 def _episode(*contents):
     """An episode's last messages: ``("tool", text)`` pairs and the final assistant content last."""
     *before, final = contents
-    return [{"role": role, "content": text} for role, text in before] + [{"role": "assistant", "content": final}]
+    return [{"role": role, "content": text} for role, text in before] + [
+        {"role": "assistant", "content": final}
+    ]
 
 
 def test_official_verdict_reads_the_tool_message_before_the_answer():
@@ -95,4 +97,3 @@ def test_official_verdict_never_accepts_an_empty_answer():
     for empty in ("", None):
         assert not official_answer_correct("0", _episode(("tool", "0"), empty))
         assert not normalized_answer_correct("0", _episode(empty))
-
