@@ -45,6 +45,8 @@ class ToolHopEnv(ChatToolEnv):
     ``tool_choice`` and schema-validated calls.
     """
 
+    _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
+
     def __init__(
         self,
         data_path: str | os.PathLike[str] | None = None,
@@ -149,8 +151,6 @@ class ToolHopEnv(ChatToolEnv):
                 self.sandbox, task.functions, loaded.functions, self._call_timeout
             )
         return loaded
-
-    _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
 
     def _restore(self) -> None:
         if self.sandbox is not None and self._task is not None and not self._done:
