@@ -216,6 +216,22 @@ def test_minimal_feedback_hides_official_failures_only(sandbox) -> None:
     assert [r["status"] for r in info["calls"]] == ["ok", "invalid_arguments", "tool_hallucination"]
 
 
+@needs_official
+def test_the_direct_reply_is_final_whatever_it_holds() -> None:
+    # The official direct scenario makes one model call and scores its content; nothing runs.
+    env = ToolHopEnv(data_path=QUIRKS, scenario="direct")
+    observation, info = env.reset(options={"index": 0})
+    assert observation["tools"] == [] and info["tool_choice"] is None and env.sandbox is None
+    action = {
+        "role": "assistant",
+        "content": "<answer>4</answer>",
+        "tool_calls": [call("tally", {"word": "x"})],
+    }
+    _, reward, terminated, truncated, info = env.step(action)
+    assert (reward, terminated, truncated, info["calls"], info["turn"]) == (1.0, True, False, [], 1)
+    env.close()
+
+
 def test_unknown_protocol_is_a_config_error() -> None:
     with pytest.raises(ConfigError, match="valid protocols"):
         ToolHopEnv(data_path=QUIRKS, scenario="direct", protocol="paper")
