@@ -64,11 +64,15 @@ class Agent(ABC):
         tool_choice: str | None = None,
         stop: Sequence[str] | None = None,
         client: ModelClient | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> ModelReply:
         """A model call whose tokens, retries and latency count toward this episode (``client`` picks
-        another model than the agent's own, e.g. KGETool's extraction model)."""
+        another model than the agent's own, e.g. KGETool's extraction model; ``sampling`` is what the
+        env's protocol asks for, ``info["sampling"]``)."""
         client = client or self.client
-        reply = await client.complete(messages, tools=tools, tool_choice=tool_choice, stop=stop)
+        reply = await client.complete(
+            messages, tools=tools, tool_choice=tool_choice, stop=stop, sampling=sampling
+        )
         self.stats.usage.add(reply.usage)
         self.stats.model_turns += 1
         self.stats.model_latency_ms += reply.latency_ms

@@ -70,7 +70,7 @@ class CodeActAgent(Agent):
         messages = observation["messages"]
         if tools:
             messages = with_system_prompt(messages, PROMPT.format(signatures=python_signatures(tools)))
-        reply = await self.complete(messages)
+        reply = await self.complete(messages, sampling=info.get("sampling"))
         text = reply.message["content"]
         code = extract_code(text) if tools else None
         if code is None:

@@ -14,5 +14,5 @@ class DirectAgent(Agent):
     name = "direct"
 
     async def act(self, observation: Observation, info: Mapping[str, Any]) -> Action:
-        reply = await self.complete(observation["messages"])
+        reply = await self.complete(observation["messages"], sampling=info.get("sampling"))
         return reply.message["content"]

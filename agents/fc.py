@@ -11,7 +11,8 @@ from hopgym.agents.text_calls import parse_text_tool_calls
 
 class FunctionCallingAgent(Agent):
     """Sends the env's messages and tools as they are; ``info["tool_choice"]`` is passed on (``required``
-    in the mandatory scenario until a tool result has been seen). Raw-JSON calls in content are recovered."""
+    in the mandatory scenario of the hopgym protocol until a tool result has been seen; none under the
+    official protocol), and so is ``info["sampling"]``. Raw-JSON calls in content are recovered."""
 
     name = "fc"
 
@@ -21,6 +22,7 @@ class FunctionCallingAgent(Agent):
             observation["messages"],
             tools=tools or None,
             tool_choice=info.get("tool_choice") if tools else None,
+            sampling=info.get("sampling"),
         )
         message = reply.message
         if tools and not message.get("tool_calls"):

@@ -71,12 +71,13 @@ class ModelReply:
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """How to reach a model and how to sample from it (greedy by default, as the paper)."""
+    """How to reach a model and how to sample from it. ``temperature`` and ``max_tokens`` left None take
+    what the env's protocol asks for (``info["sampling"]``), else greedy decoding and no cap."""
 
     model: str
     api_base: str | None = None
     api_key: str | None = None
-    temperature: float = 0.0
+    temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 120.0
     max_retries: int = 4
@@ -172,9 +173,11 @@ class ModelClient:
         tools: Sequence[Mapping[str, Any]] | None = None,
         tool_choice: str | Mapping[str, Any] | None = None,
         stop: Sequence[str] | None = None,
+        sampling: Mapping[str, Any] | None = None,
     ) -> ModelReply:
-        """One assistant turn; retries transient failures with exponential backoff, else raises ModelError."""
-        request = self._request(messages, tools, tool_choice, stop)
+        """One assistant turn; retries transient failures with exponential backoff, else raises ModelError.
+        ``sampling``: the protocol's ``temperature`` / ``max_tokens``, used where the config sets none."""
+        request = self._request(messages, tools, tool_choice, stop, sampling or {})
         usage = Usage()
         for attempt in range(self.config.max_retries + 1):
             started = time.perf_counter()
@@ -205,12 +208,15 @@ class ModelClient:
         tools: Sequence[Mapping[str, Any]] | None,
         tool_choice: str | Mapping[str, Any] | None,
         stop: Sequence[str] | None,
+        sampling: Mapping[str, Any],
     ) -> dict[str, Any]:
         config = self.config
+        temperature = config.temperature if config.temperature is not None else sampling.get("temperature")
+        max_tokens = config.max_tokens or sampling.get("max_tokens")
         request: dict[str, Any] = {
             "model": config.model,
             "messages": prepare_messages(messages),
-            "temperature": config.temperature,
+            "temperature": 0.0 if temperature is None else temperature,
             "timeout": config.timeout,
             "max_retries": 0,
             "num_retries": 0,
@@ -220,8 +226,8 @@ class ModelClient:
             request["api_base"] = config.api_base
         if config.api_key:
             request["api_key"] = config.api_key
-        if config.max_tokens:
-            request["max_tokens"] = config.max_tokens
+        if max_tokens:
+            request["max_tokens"] = max_tokens
         if tools:
             request["tools"] = list(tools)
             if tool_choice:

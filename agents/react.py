@@ -100,14 +100,14 @@ class ReActAgent(Agent):
     async def act(self, observation: Observation, info: Mapping[str, Any]) -> Action:
         tools = observation["tools"]
         if not tools:  # the direct scenario: nothing to act on, the reply is the answer
-            reply = await self.complete(observation["messages"])
+            reply = await self.complete(observation["messages"], sampling=info.get("sampling"))
             parsed = parse_react(reply.message["content"])
             return parsed[1] if parsed and parsed[0] == "final" else reply.message["content"]
         names = ", ".join(tool["function"]["name"] for tool in tools)
         prompt = PROMPT.format(tools=describe_tools(tools), names=names)
         conversation = render_history(observation["messages"], prompt)
         for _attempt in range(self.max_parse_retries + 1):
-            reply = await self.complete(conversation, stop=["\nObservation:"])
+            reply = await self.complete(conversation, stop=["\nObservation:"], sampling=info.get("sampling"))
             text = reply.message["content"]
             parsed = parse_react(text)
             if parsed is None:

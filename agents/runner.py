@@ -223,6 +223,7 @@ class EvalRun:
             "gold_answer": info.get("answer"),
             "hops": info.get("hops"),
             "isolation": info.get("isolation"),
+            "protocol": info.get("protocol"),
             "metrics": info.get("metrics"),
             "agent": agent.stats.as_dict() if agent is not None else None,
             "latency_ms": round((time.perf_counter() - started) * 1000, 1),

@@ -13,8 +13,9 @@ from typing import Any
 
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 
-# (label, key, kind): "pct" values are fractions shown ×100, "num" values are shown as they are.
+# (label, key, kind): "pct" values are fractions shown ×100, "num" and "text" values are shown as they are.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
+    ("Protocol", "protocol", "text"),
     ("Answer correctness", "answer_correctness", "pct"),
     ("Invocation error, query", "invocation_error_query", "pct"),
     ("Invocation error, instance", "invocation_error_instance", "pct"),
@@ -35,6 +36,16 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
+def run_protocol(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str | None:
+    """The protocol the episodes ran under (ToolHop-v0: ``official`` or ``hopgym``), from the records,
+    else from the run's env kwargs; several are joined with "+"; None for envs without one."""
+    found = sorted({str(r["protocol"]) for r in records if r.get("protocol")})
+    if found:
+        return "+".join(found)
+    protocol = (run.get("env_kwargs") or {}).get("protocol")
+    return str(protocol) if protocol else None
+
+
 def _episode_metric_means(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     values: dict[str, list[float]] = {}
     for record in records:
@@ -49,7 +60,11 @@ def summarize(records: Iterable[Mapping[str, Any]], run: Mapping[str, Any] | Non
     records = list(records)
     count = len(records)
     agent_stats = [record.get("agent") or {} for record in records]
-    summary: dict[str, Any] = {"run": dict(run or {}), **table4_metrics(records)}
+    summary: dict[str, Any] = {
+        "run": dict(run or {}),
+        "protocol": run_protocol(records, run or {}),
+        **table4_metrics(records),
+    }
     summary.update(
         errors=sum(record.get("error") is not None for record in records),
         parallel_call_rate=(sum(bool(r.get("parallel_turns")) for r in records) / count) if count else None,
@@ -71,6 +86,8 @@ def _cell(value: Any, kind: str) -> str:
         return "–"
     if kind == "pct":
         return f"{100 * value:.2f}"
+    if kind == "text":
+        return str(value)
     return f"{value:.2f}" if isinstance(value, float) else str(value)
 
 
@@ -93,8 +110,10 @@ def run_title(summary: Mapping[str, Any]) -> str:
     """A short description of what was run, for table headers."""
     run = summary.get("run") or {}
     env_kwargs = run.get("env_kwargs") or {}
+    protocol = summary.get("protocol")
     parts = [
         run.get("env"),
+        f"{protocol} protocol" if protocol else None,
         run.get("agent"),
         run.get("model"),
         env_kwargs.get("scenario"),

@@ -157,6 +157,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._messages: list[dict[str, Any]] = []
         self._tools: list[dict[str, Any]] = []
         self._validator = ToolValidator([])
+        self._classified_tools: list[dict[str, Any]] = []
         self._turns = 0
         self._calls_made = 0
         self._done = True
@@ -182,9 +183,16 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         if self._done:
             raise HopgymError("step() called before reset() or after the episode ended; call reset()")
 
-    def _start_episode(self, tools: list[dict[str, Any]], messages: list[dict[str, Any]]) -> None:
+    def _start_episode(
+        self,
+        tools: list[dict[str, Any]],
+        messages: list[dict[str, Any]],
+        classify_with: Sequence[dict[str, Any]] | None = None,
+    ) -> None:
+        """``classify_with``: the tool schemas calls are validated against, when not the offered ones."""
         self._tools = tools
-        self._validator = ToolValidator(tools)
+        self._classified_tools = list(tools if classify_with is None else classify_with)
+        self._validator = ToolValidator(self._classified_tools)
         self._messages = messages
         self._turns = 0
         self._calls_made = 0
@@ -237,7 +245,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy has its own sandbox, made like the original's; mid-episode it holds the episode's tools."""
         self.__dict__.update(state)
-        self._validator = ToolValidator(self._tools)
+        self._validator = ToolValidator(self._classified_tools)
         if self._sandbox_spec is not None and not self._closed:
             from hopgym.sandbox import make_sandbox
 

@@ -1,24 +1,47 @@
-"""Answer correctness for ToolHop: the official substring rule and a stricter normalized match."""
+"""Answer correctness for ToolHop: the official rule (two clauses) and a stricter normalized match.
+
+A scorer sees the episode's messages, the final assistant message last: the official rule may also read
+the tool message before it.
+"""
 
 from __future__ import annotations
 
 import re
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
+from typing import Any
 
 from hopgym.errors import ConfigError
 
 
 def official_match(gold: str, response: str) -> bool:
-    """The official evaluation rule, quirks included for comparability with published numbers.
+    """The official substring test, quirks included for comparability with published numbers.
 
-    ``gold.lower().rstrip(".0")`` must be a substring of ``response.lower()`` with commas removed.
-    Quirks: gold "0" strips to "" and matches any response; "10" becomes "1" (so "1" or "21" match);
-    "2.50" becomes "2.5"; substrings count ("1" matches "1302").
+    ``gold.rstrip(".0").lower()`` must be a substring of ``response.rstrip(".0").replace(",", "").lower()``
+    (the official expression, in its order). Quirks: gold "0" strips to "" and matches any response; "10"
+    becomes "1" (so "1" or "21" match); "2.50" becomes "2.5"; substrings count ("1" matches "1302").
     """
-    stripped_gold = str(gold).lower().rstrip(".0")
-    return stripped_gold in str(response).lower().replace(",", "")
+    return str(gold).rstrip(".0").lower() in str(response).rstrip(".0").replace(",", "").lower()
+
+
+def _final_content(messages: Sequence[Mapping[str, Any]]) -> str:
+    final = messages[-1] if messages else {}
+    content = final.get("content") if final.get("role") == "assistant" else None
+    return content if isinstance(content, str) else ""
+
+
+def official_answer_correct(gold: str, messages: Sequence[Mapping[str, Any]]) -> bool:
+    """The official verdict: the test on the final assistant message; when it fails and the message before
+    is a tool message, the same test on that message. An empty or missing final answer is never correct
+    (the official code leaves such an episode unscored, which counts as wrong)."""
+    final = _final_content(messages)
+    if not final:
+        return False
+    if official_match(gold, final):
+        return True
+    previous = messages[-2] if len(messages) >= 2 else {}
+    return previous.get("role") == "tool" and official_match(gold, str(previous.get("content") or ""))
 
 
 _TOKEN = re.compile(r"\d+(?:\.\d+)?|[^\W\d_]+")
@@ -54,10 +77,18 @@ def normalized_match(gold: str, response: str) -> bool:
     return any(tokens[i : i + width] == gold_tokens for i in range(len(tokens) - width + 1))
 
 
-SCORERS: dict[str, Callable[[str, str], bool]] = {"official": official_match, "normalized": normalized_match}
+def normalized_answer_correct(gold: str, messages: Sequence[Mapping[str, Any]]) -> bool:
+    """The normalized match on the final assistant message alone."""
+    return normalized_match(gold, _final_content(messages))
 
 
-def get_scorer(name: str) -> Callable[[str, str], bool]:
+Scorer = Callable[[str, Sequence[Mapping[str, Any]]], bool]
+"""(gold answer, the episode's messages ending with the final assistant message) -> correct."""
+
+SCORERS: dict[str, Scorer] = {"official": official_answer_correct, "normalized": normalized_answer_correct}
+
+
+def get_scorer(name: str) -> Scorer:
     """The scorer called ``name``; a clear error lists the valid names."""
     try:
         return SCORERS[name]

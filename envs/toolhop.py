@@ -19,10 +19,19 @@ from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import get_scorer
+from hopgym.envs.toolhop_official import (
+    OFFICIAL_CALL_TIMEOUT,
+    OFFICIAL_SAMPLING,
+    OfficialExecutor,
+    official_call_record,
+)
 from hopgym.errors import ConfigError
-from hopgym.sandbox.base import Sandbox
+from hopgym.sandbox.base import LoadResult, Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop_official import official_prompt_templates
+
+PROTOCOLS = ("official", "hopgym")
 
 
 class ToolHopEnv(ChatToolEnv):
@@ -30,8 +39,13 @@ class ToolHopEnv(ChatToolEnv):
 
     ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
     ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.
-    ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the sandbox's default.
+    ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the protocol's (official: 10 s) or,
+    under ``protocol="hopgym"``, the sandbox's default. ``protocol="official"`` reproduces the official
+    evaluation code (envs/toolhop_official.py); ``"hopgym"`` is the richer protocol with a system prompt,
+    ``tool_choice`` and schema-validated calls.
     """
+
+    _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
 
     def __init__(
         self,
@@ -43,10 +57,18 @@ class ToolHopEnv(ChatToolEnv):
         scorer: str = "official",
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = None,
+        protocol: str = "official",
     ) -> None:
         if scenario not in SCENARIOS:
             raise ConfigError(f"unknown scenario {scenario!r}; valid scenarios: {list(SCENARIOS)}")
+        if protocol not in PROTOCOLS:
+            raise ConfigError(f"unknown protocol {protocol!r}; valid protocols: {list(PROTOCOLS)}")
         self.scenario = scenario
+        self.protocol = protocol
+        self._official = protocol == "official"
+        self._prompts = official_prompt_templates() if self._official else None
+        if call_timeout is None and self._official:
+            call_timeout = OFFICIAL_CALL_TIMEOUT
         self.feedback = check_feedback_mode(feedback)
         self.scorer_name = scorer
         self._score = get_scorer(scorer)
@@ -60,6 +82,8 @@ class ToolHopEnv(ChatToolEnv):
         self._task: Task | None = None
         self._tool_result_seen = False
         self._load_errors: tuple[str, ...] = ()
+        self._executor: OfficialExecutor | None = None
+        self._stopped: str | None = None
 
     # -- episode -----------------------------------------------------------------------------------
 
@@ -70,17 +94,25 @@ class ToolHopEnv(ChatToolEnv):
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         self._load_errors = ()
+        self._stopped = None
         if self.sandbox is not None:
-            loaded = self.sandbox.load(task.tool_sources)
+            loaded = self._load_tools(task)
             undefined = [name for name in task.tool_names if name not in loaded.functions]
             self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
-        self._start_episode(
-            [] if self.scenario == "direct" else list(task.tools),
-            [
+        if self._official:
+            assert self._prompts is not None
+            offered = [{"type": "function", "function": dict(document)} for document in task.documents]
+            messages = [{"role": "user", "content": self._prompts[self.scenario].render(task.question)}]
+        else:
+            offered = list(task.tools)
+            messages = [
                 {"role": "system", "content": system_prompt(self.scenario)},
                 {"role": "user", "content": task.question},
-            ],
-        )
+            ]
+        # Calls are classified against one document per tool name (the one whose definition runs) in
+        # both protocols, so the Table 4 columns mean the same; the official protocol offers every document.
+        direct = self.scenario == "direct"
+        self._start_episode([] if direct else offered, messages, classify_with=None if direct else task.tools)
         self._tool_result_seen = False
         return self._observation(), self._info([])
 
@@ -94,20 +126,55 @@ class ToolHopEnv(ChatToolEnv):
         self._messages.append(message)
         self._turns += 1
         calls = message.get("tool_calls", [])
-        if not calls:
+        # The official direct scenario makes one model call: its reply is final whatever it holds.
+        if not calls or (self._official and self.scenario == "direct"):
             self._done = True
-            answer = message["content"] or ""
-            correct = self._score(self._task.answer, answer)
+            # The official rule may read the tool message before the answer; under the hopgym protocol
+            # that message is hopgym's own text, which the official code never shows: the answer alone.
+            scored = self._messages if self._official else self._messages[-1:]
+            correct = self._score(self._task.answer, scored)
             info = self._info([])
             info.update(correct=correct, answer=self._task.answer)
             return self._observation(), float(correct), True, False, info
-
+        if self._official:
+            return self._step_official(calls)
         records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
         return self._turn_ran_tools(records)
 
+    def _load_tools(self, task: Task) -> LoadResult:
+        """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
+        assert self.sandbox is not None
+        loaded = self.sandbox.load(task.tool_sources)
+        if self._official:
+            assert self._call_timeout is not None
+            self._executor = OfficialExecutor(
+                self.sandbox, task.functions, loaded.functions, self._call_timeout
+            )
+        return loaded
+
     def _restore(self) -> None:
         if self.sandbox is not None and self._task is not None and not self._done:
-            self.sandbox.load(self._task.tool_sources)
+            self._load_tools(self._task)
+
+    def _step_official(self, calls: list[Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+        """The official turn: every call runs in order; a call on which the official script would stop
+        (a timeout, ``SystemExit`` ...) ends the episode unscored, as the official run loses that sample."""
+        assert self._executor is not None
+        records = []
+        for index, call in enumerate(calls):
+            call_id, name, raw_arguments = call_fields(call, f"call_{self._turns}_{index}")
+            check = self._validator.check(name, raw_arguments, empty_is_object=False)
+            outcome = self._executor.run(name, raw_arguments)
+            record = official_call_record(call_id, name, check, outcome, self.feedback)
+            records.append(record)
+            self._calls_made += 1
+            self._tool_result_seen = True
+            self._messages.append({"role": "tool", "content": record["feedback"], "tool_call_id": call_id})
+            if outcome.stops_run is not None:
+                self._stopped = outcome.stops_run
+                self._done = True
+                return self._observation(), 0.0, False, True, self._info(records)
+        return self._turn_ran_tools(records)
 
     def _step_code(
         self, action: Mapping[str, Any], code: str
@@ -138,7 +205,9 @@ class ToolHopEnv(ChatToolEnv):
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _tool_choice(self) -> str:
+    def _tool_choice(self) -> str | None:
+        if self._official:
+            return None
         if self.scenario == "direct":
             return "none"
         if self.scenario == "mandatory" and not self._tool_result_seen:
@@ -153,6 +222,9 @@ class ToolHopEnv(ChatToolEnv):
             "scenario": self.scenario,
             "feedback": self.feedback,
             "scorer": self.scorer_name,
+            "protocol": self.protocol,
+            "sampling": dict(OFFICIAL_SAMPLING) if self._official else {},
+            "stopped": self._stopped,
             "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools offered)",
             "tool_choice": self._tool_choice(),
             "duplicate_tools": list(self._task.duplicate_tools),

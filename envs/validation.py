@@ -40,9 +40,12 @@ class CallCheck:
         return self.errors[0] if self.errors else "ok"
 
 
-def parse_arguments(raw: Any) -> tuple[Any, str | None]:
-    """Arguments as a dict, or the raw value and why it is not a JSON object."""
-    if raw is None or raw == "":
+def parse_arguments(raw: Any, empty_is_object: bool = True) -> tuple[Any, str | None]:
+    """Arguments as a dict, or the raw value and why it is not a JSON object.
+
+    ``empty_is_object``: read a missing or empty argument string as ``{}`` (hopgym's protocol); the
+    official ToolHop code parses it with ``json.loads``, for which it is not JSON."""
+    if empty_is_object and (raw is None or raw == ""):
         return {}, None
     if isinstance(raw, Mapping):
         return dict(raw), None
@@ -69,8 +72,8 @@ class ToolValidator:
             self._validators[name] = Draft202012Validator(self._schemas[name])
         return self._validators[name]
 
-    def check(self, name: Any, raw_arguments: Any) -> CallCheck:
-        arguments, parse_problem = parse_arguments(raw_arguments)
+    def check(self, name: Any, raw_arguments: Any, empty_is_object: bool = True) -> CallCheck:
+        arguments, parse_problem = parse_arguments(raw_arguments, empty_is_object)
         errors: list[str] = []
         messages: list[str] = []
         if name not in self._schemas:

@@ -35,6 +35,12 @@ class Task:
     gold_calls: tuple[GoldCall, ...] = ()
     duplicate_tools: tuple[str, ...] = ()
     """Names defined by several functions; the offered document is the one of the last definition."""
+    documents: tuple[dict[str, Any], ...] = ()
+    """The row's tool documents exactly as stored, in row order, duplicates included (ToolHop's official
+    protocol offers these as they are)."""
+    functions: tuple[str, ...] = ()
+    """The row's function sources exactly as stored, example code included (the official protocol
+    finds a tool's source by reading its text)."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The row's remaining fields (answer_type, source_id, licences, ...), untouched."""
 

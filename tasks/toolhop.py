@@ -103,6 +103,8 @@ def task_from_row(row: Mapping[str, Any], index: int) -> Task:
         sub_tasks=sub_tasks,
         gold_calls=gold_calls,
         duplicate_tools=duplicates,
+        documents=tuple(dict(document) for document in row["tools"].values()),
+        functions=tuple(str(source) for source in row["functions"]),
         metadata={key: value for key, value in row.items() if key not in _TASK_FIELDS},
     )
 

@@ -49,7 +49,7 @@ def resolve_toolhop_path(data_path: str | os.PathLike[str] | None = None) -> Pat
     return download_toolhop(cache_dir())
 
 
-def _sha256(path: Path) -> str:
+def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     with path.open("rb") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
@@ -57,13 +57,14 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def download_toolhop(destination: Path, expected_sha256: str = HUB_SHA256) -> Path:
-    """Download the pinned ``data/ToolHop.json`` from the Hugging Face hub into ``destination``."""
+def download_hub_file(filename: str, destination: Path, expected_sha256: str, hint: str) -> Path:
+    """Download ``filename`` of the dataset repo at the pinned revision into ``destination``, sha256-checked:
+    the data and the official evaluation code come from the same revision, so both are fetched here."""
     try:
         downloaded = Path(
             hf_hub_download(
                 repo_id=HUB_REPO_ID,
-                filename=HUB_FILENAME,
+                filename=filename,
                 repo_type="dataset",
                 revision=HUB_REVISION,
                 local_dir=destination,
@@ -71,13 +72,18 @@ def download_toolhop(destination: Path, expected_sha256: str = HUB_SHA256) -> Pa
         )
     except Exception as exc:  # the hub client raises many unrelated types (HTTP, OS, validation)
         raise DownloadError(
-            f"could not download {HUB_FILENAME} from the Hugging Face dataset {HUB_REPO_ID} "
-            f"({type(exc).__name__}: {exc}); pass data_path= or set HOPGYM_DATA"
+            f"could not download {filename} from the Hugging Face dataset {HUB_REPO_ID} "
+            f"({type(exc).__name__}: {exc}); {hint}"
         ) from exc
-    digest = _sha256(downloaded)
+    digest = sha256_of(downloaded)
     if digest != expected_sha256:
         downloaded.unlink()
         raise DownloadError(
-            f"downloaded {HUB_FILENAME} has sha256 {digest}, expected {expected_sha256}; the file was removed"
+            f"downloaded {filename} has sha256 {digest}, expected {expected_sha256}; the file was removed"
         )
     return downloaded
+
+
+def download_toolhop(destination: Path, expected_sha256: str = HUB_SHA256) -> Path:
+    """Download the pinned ``data/ToolHop.json`` from the Hugging Face hub into ``destination``."""
+    return download_hub_file(HUB_FILENAME, destination, expected_sha256, "pass data_path= or set HOPGYM_DATA")

@@ -87,7 +87,8 @@ def run_ablation(name: str, out: Path, *extra: str) -> list[dict[str, Any]]:
     with ScriptedModelServer(policy) as server:
         code = main([
             "ablate", name, "--model", server.model, "--api-base", server.api_base, "--api-key", "sk",
-            "--limit", str(limit), "--concurrency", "2", "--out", str(out), "--no-progress", *extra,
+            "--limit", str(limit), "--concurrency", "2", "--out", str(out), "--no-progress",
+            "--env-arg", "protocol=hopgym", *extra,
         ])  # fmt: skip
         assert code == 0
         return server.requests
@@ -112,7 +113,7 @@ def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_compu
     out = ablation_runs / "feedback"
     for mode, position in (("detailed", 0), ("minimal", 1)):
         run = json.loads((out / mode / "run.json").read_text())
-        assert run["env_kwargs"] == {"scenario": "mandatory", "feedback": mode}
+        assert run["env_kwargs"] == {"scenario": "mandatory", "feedback": mode, "protocol": "hopgym"}
         by_index = records(out / mode)
         assert {i: r["correct"] for i, r in by_index.items()} == {
             i: o[position] for i, o in FEEDBACK_OUTCOMES.items()
@@ -129,7 +130,7 @@ def test_frameworks_ablation_writes_table11(ablation_runs: Path) -> None:
     out = ablation_runs / "frameworks"
     for agent, correct in FRAMEWORK_CORRECT.items():
         run = json.loads((out / agent / "run.json").read_text())
-        assert run["agent"] == agent and run["env_kwargs"] == {"scenario": "free"}
+        assert run["agent"] == agent and run["env_kwargs"] == {"scenario": "free", "protocol": "hopgym"}
         assert {i for i, r in records(out / agent).items() if r["correct"]} == correct
     table = (out / "ablation.md").read_text()
     assert "| FC | react | codeact |" in table and TABLE11_ROW in table

@@ -32,7 +32,7 @@ def run_first_task(tmp_path: Path, policy, agent: str, scenario: str = "mandator
         config = EvalConfig(
             out=tmp_path / "run",
             model=ModelConfig(server.model, api_base=server.api_base, api_key="sk-test", backoff_base=0.01),
-            env_kwargs={"scenario": scenario},
+            env_kwargs={"scenario": scenario, "protocol": "hopgym"},
             agent=agent,
             agent_options=agent_options,
             limit=1,

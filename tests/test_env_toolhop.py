@@ -1,4 +1,8 @@
-"""ToolHop-v0 end to end: real subset, real sandbox, the DESIGN.md observation/action/info contract."""
+"""ToolHop-v0 under protocol="hopgym" end to end: real subset, real sandbox, the DESIGN.md contract.
+
+The official protocol (the default) has its own tests: tests/test_env_toolhop_official.py and the
+parity suite tests/test_toolhop_parity.py.
+"""
 
 from __future__ import annotations
 
@@ -39,14 +43,14 @@ def sandbox():
 
 @pytest.fixture(scope="module")
 def subset_env(sandbox):
-    env = ToolHopEnv(data_path=SUBSET, sandbox=sandbox)
+    env = ToolHopEnv(protocol="hopgym", data_path=SUBSET, sandbox=sandbox)
     yield env
     env.close()
 
 
 @pytest.fixture
 def misbehaving_env(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, call_timeout=1.0)
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, call_timeout=1.0)
     env.reset(options={"index": 0})
     yield env
     env.close()
@@ -55,14 +59,14 @@ def misbehaving_env(sandbox):
 @needs_subset
 @pytest.mark.parametrize("scenario", ["mandatory", "free", "direct"])
 def test_check_env_passes(sandbox, scenario):
-    env = ToolHopEnv(data_path=SUBSET, scenario=scenario, sandbox=sandbox)
+    env = ToolHopEnv(protocol="hopgym", data_path=SUBSET, scenario=scenario, sandbox=sandbox)
     check_env(env.unwrapped)
     env.close()
 
 
 @needs_subset
 def test_gym_make_with_default_data():
-    env = gym.make("ToolHop-v0")
+    env = gym.make("ToolHop-v0", protocol="hopgym")
     try:
         assert len(env.unwrapped.tasks) == 100
         observation, info = env.reset(seed=3)
@@ -190,7 +194,7 @@ def test_classification_and_detailed_feedback(misbehaving_env, name, arguments, 
 
 
 def test_minimal_feedback_hides_every_failure_but_not_results(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, feedback="minimal")
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, feedback="minimal")
     env.reset(options={"index": 0})
     _, _, _, _, info = env.step(
         calls_message(
@@ -232,7 +236,7 @@ def test_print_flood_does_not_reach_the_result(misbehaving_env):
 
 
 def test_max_turns_truncates(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, max_turns=2)
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, max_turns=2)
     env.reset(options={"index": 0})
     action = calls_message(tool_call("capital_of", {"country": "France"}))
     assert env.step(action)[3] is False
@@ -244,16 +248,16 @@ def test_max_turns_truncates(sandbox):
 
 
 def test_tool_choice_per_scenario(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, scenario="mandatory")
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scenario="mandatory")
     _, info = env.reset(options={"index": 0})
     assert info["tool_choice"] == "required"
     _, _, _, _, info = env.step(calls_message(tool_call("capital_of", {"country": "France"})))
     assert info["tool_choice"] == "auto"
     env.close()
-    free = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, scenario="free")
+    free = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scenario="free")
     assert free.reset(options={"index": 0})[1]["tool_choice"] == "auto"
     free.close()
-    direct = ToolHopEnv(data_path=MISBEHAVING, scenario="direct")
+    direct = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, scenario="direct")
     observation, info = direct.reset(options={"index": 0})
     assert observation["tools"] == [] and info["tool_choice"] == "none" and direct.sandbox is None
     _, _, _, _, info = direct.step(calls_message(tool_call("capital_of", {"country": "France"})))
@@ -264,7 +268,7 @@ def test_tool_choice_per_scenario(sandbox):
 def test_system_prompts_differ_by_scenario(sandbox):
     prompts = {}
     for scenario in ("mandatory", "free", "direct"):
-        env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, scenario=scenario)
+        env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scenario=scenario)
         prompts[scenario] = env.reset(options={"index": 0})[0]["messages"][0]["content"]
         env.close()
     assert "must use the tools at every step" in prompts["mandatory"]
@@ -282,7 +286,7 @@ def test_kept_observations_do_not_change(misbehaving_env):
 
 
 def test_normalized_scorer_and_bad_options(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, scorer="normalized")
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scorer="normalized")
     env.reset(options={"index": 0})
     assert env.step("PARIS!")[1] == 1.0
     with pytest.raises(ConfigError, match="unknown task_id"):
@@ -291,13 +295,13 @@ def test_normalized_scorer_and_bad_options(sandbox):
         env.reset(options={"index": 5})
     env.close()
     with pytest.raises(ConfigError, match="valid scenarios"):
-        ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, scenario="forced")
+        ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scenario="forced")
     with pytest.raises(ConfigError, match="valid modes"):
-        ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox, feedback="verbose")
+        ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, feedback="verbose")
 
 
 def test_a_given_sandbox_is_not_closed_by_the_env(sandbox):
-    env = ToolHopEnv(data_path=MISBEHAVING, sandbox=sandbox)
+    env = ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox)
     env.close()
     assert sandbox.load(["def f():\n    return 1\n"]).functions == ("f",)
     assert sandbox.call("f", {}).value == 1

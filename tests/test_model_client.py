@@ -89,3 +89,18 @@ def test_prepare_messages_leaves_the_callers_messages_alone() -> None:
 def test_invalid_settings_are_rejected() -> None:
     with pytest.raises(ConfigError, match="max_retries"):
         ModelClient(ModelConfig("openai/x", max_retries=-1))
+
+
+def test_the_protocol_sampling_applies_where_the_config_sets_none() -> None:
+    official = {"temperature": 0.0, "max_tokens": 256}
+    sent = []
+    for overrides, sampling in (
+        ({}, official),
+        ({"max_tokens": 64, "temperature": 0.7}, official),
+        ({}, None),
+    ):
+        with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
+            asyncio.run(client_for(server, **overrides).complete(USER, sampling=sampling))
+            request = server.requests[0]
+        sent.append((request["temperature"], request.get("max_tokens")))
+    assert sent == [(0, 256), (0.7, 64), (0, None)]

@@ -29,7 +29,9 @@ TASK_BY_QUESTION = {task.question: task for task in TASKS}
 
 
 def question_of(request: dict[str, Any]) -> str:
-    return next(m["content"] for m in request["messages"] if m["role"] == "user")
+    """The task's question: the first user message is it (hopgym protocol) or ends with it (official)."""
+    first = next(m["content"] for m in request["messages"] if m["role"] == "user")
+    return next((question for question in TASK_BY_QUESTION if first.endswith(question)), first)
 
 
 def solving_policy(correct_every: int = 2, delay: float = 0.0, fail_index: int | None = None):

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.envs.scoring import get_scorer, normalize_tokens, normalized_match, official_match
+from hopgym.envs.scoring import (
+    get_scorer,
+    normalize_tokens,
+    normalized_answer_correct,
+    normalized_match,
+    official_answer_correct,
+    official_match,
+)
 from hopgym.errors import ConfigError
 
 
@@ -63,7 +70,30 @@ def test_normalize_tokens():
 
 
 def test_scorer_lookup():
-    assert get_scorer("official") is official_match
-    assert get_scorer("normalized") is normalized_match
+    assert get_scorer("official") is official_answer_correct
+    assert get_scorer("normalized") is normalized_answer_correct
     with pytest.raises(ConfigError, match="valid scorers"):
         get_scorer("fuzzy")
+
+
+def _episode(*contents):
+    """An episode's last messages: ``("tool", text)`` pairs and the final assistant content last."""
+    *before, final = contents
+    return [{"role": role, "content": text} for role, text in before] + [
+        {"role": "assistant", "content": final}
+    ]
+
+
+def test_official_verdict_reads_the_tool_message_before_the_answer():
+    assert official_answer_correct("Paris", _episode(("tool", '"Paris"'), "I could not tell."))
+    assert not official_answer_correct("Paris", _episode(("user", "Paris?"), "I could not tell."))
+    assert not official_answer_correct("Paris", _episode(("tool", '"Rome"'), "I could not tell."))
+    assert official_answer_correct("Paris", _episode(("tool", '"Rome"'), "It is Paris."))
+
+
+def test_official_verdict_never_accepts_an_empty_answer():
+    # Gold "0" strips to "" and matches any text, but an empty final message is left unscored officially.
+    assert official_answer_correct("0", _episode("anything"))
+    for empty in ("", None):
+        assert not official_answer_correct("0", _episode(("tool", "0"), empty))
+        assert not normalized_answer_correct("0", _episode(empty))

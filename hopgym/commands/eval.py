@@ -61,8 +61,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--limit", type=int, help="run only the first N tasks")
     parser.add_argument("--resume", action="store_true", help="continue OUT, skipping finished episodes")
     parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
-    parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
-    parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
+    parser.add_argument(
+        "--temperature", type=float, help="sampling temperature (default: the protocol's, else 0)"
+    )
+    parser.add_argument(
+        "--max-tokens", type=int, help="cap on each reply's tokens (default: the protocol's, e.g. 256)"
+    )
     parser.add_argument(
         "--timeout", type=float, help="seconds per model request (default: 120; 600 for the local model)"
     )
