@@ -12,17 +12,26 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
 from hopgym.sandbox.base import CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
 
 _STATUSES: tuple[CallStatus, ...] = ("ok", "error", "timeout", "resource_limit")
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 """Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
+DEFAULT_MAX_TOOL_CALLS = 200
+"""Tool calls one code block may make; ToolHop tasks need at most a dozen."""
+DEFAULT_MAX_EVENT_BYTES = 4 << 20
+"""Bytes of tool-call events (arguments and values) one code block may send to the host."""
 
 
 class PooledSandbox(Sandbox):
-    """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher."""
+    """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher.
+
+    ``max_tool_calls``: the most tool calls one :meth:`execute` may make (the host ends the code block and
+    reports a resource limit past it); the tool-call events of one block may also total at most
+    ``max_event_bytes``, so that a call flood cannot pile up host memory.
+    """
 
     def __init__(
         self,
@@ -31,11 +40,20 @@ class PooledSandbox(Sandbox):
         timeout: float = 5.0,
         spares: int = 1,
         preload: Sequence[str] = (),
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         if timeout <= 0:
             raise SandboxError(f"timeout must be positive seconds, got {timeout!r}")
+        if max_tool_calls < 0 or max_event_bytes < 0:
+            raise SandboxError(
+                f"max_tool_calls and max_event_bytes must be 0 or more, got {max_tool_calls!r}, "
+                f"{max_event_bytes!r}"
+            )
         self._isolation = isolation
         self._timeout = timeout
+        self._max_tool_calls = max_tool_calls
+        self._max_event_bytes = max_event_bytes
         self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
         self._sources: list[str] = []
         self._loaded = False
@@ -93,27 +111,22 @@ class PooledSandbox(Sandbox):
             raise SandboxError("no episode is loaded: call load(sources) before call() or execute()")
 
     def _replace_worker(self) -> None:
+        """Kill the current worker and take a spare. If no spare can start, the killed worker stays current:
+        its next use fails as a crash and tries again, so one failed start does not end the sandbox."""
         self._current().kill()
-        self._worker = None
         self._worker = self._pool.acquire()
 
     def _load_sources(self, timeout: float) -> LoadResult:
         worker = self._current()
+        deadline = time.monotonic() + timeout
         try:
-            worker.connection.send({"op": "load", "sources": self._sources})
-            reply = worker.connection.receive(time.monotonic() + timeout)
+            request_id = worker.connection.request({"op": "load", "sources": self._sources}, deadline)
+            return _loaded(worker.connection.receive(deadline, request_id))
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, timeout)
-            self._sources = []
-            self._replace_worker()
-            return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
-        if reply["type"] != "loaded":
-            self._replace_worker()
-            raise SandboxError(f"sandbox worker answered load with {reply['type']!r}: {reply.get('error')}")
-        return LoadResult(
-            functions=tuple(str(name) for name in reply.get("functions", ())),
-            errors=tuple(str(error) for error in reply.get("errors", ())),
-        )
+        self._sources = []
+        self._replace_worker()
+        return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
     def _run(self, request: dict[str, Any], hook: ToolCallHook | None, timeout: float | None) -> CallResult:
         limit = self._timeout if timeout is None else timeout
@@ -122,22 +135,27 @@ class PooledSandbox(Sandbox):
         deadline = started + limit
         tool_calls: list[dict[str, Any]] = []
         try:
-            worker.connection.send(request)
+            request_id = worker.connection.request(request, deadline)
+            event_bytes_left = worker.connection.bytes_received + self._max_event_bytes
             while True:
-                message = worker.connection.receive(deadline)
+                message = worker.connection.receive(deadline, request_id)
                 if message["type"] == "result":
                     return _result(message, tool_calls, started)
-                if message["type"] == "tool_call":
-                    refusal = _ask_hook(hook, message, tool_calls)
-                    worker.connection.send({"op": "tool_reply", "error": refusal})
-                elif message["type"] == "tool_done" and tool_calls:
-                    tool_calls[-1].update(
-                        status=message.get("status"), value=message.get("value"), error=message.get("error")
+                if request["op"] != "execute" or message["type"] not in ("tool_call", "tool_done"):
+                    raise WorkerProtocolError(f"unexpected message {message['type']!r} during a call")
+                if worker.connection.bytes_received > event_bytes_left:
+                    raise _StepLimitError(
+                        f"the tool calls of one code block sent over {self._max_event_bytes} bytes"
                     )
-                else:
-                    raise WorkerCrashedError(f"unexpected message {message['type']!r} during a call")
-        except (WorkerTimeoutError, WorkerCrashedError) as exc:
-            status: CallStatus = "timeout" if isinstance(exc, WorkerTimeoutError) else _crash_status(worker)
+                if message["type"] == "tool_done":
+                    _finish_tool_call(message, tool_calls)
+                    continue
+                if len(tool_calls) >= self._max_tool_calls:
+                    raise _StepLimitError(f"the code made more than {self._max_tool_calls} tool calls")
+                refusal = _ask_hook(hook, message, tool_calls)
+                worker.connection.send({"op": "tool_reply", "id": request_id, "error": refusal}, deadline)
+        except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
+            status = _failure_status(exc, worker)
             error = _describe_failure(exc, worker, limit)
         except BaseException:
             self._recover()  # the worker is mid-protocol (e.g. the host hook raised): it cannot be reused
@@ -145,7 +163,10 @@ class PooledSandbox(Sandbox):
         for record in tool_calls:
             if record["status"] == "pending":
                 record.update(status=status, error=error)
-        self._recover()
+        try:
+            self._recover()
+        except SandboxError as exc:  # no replacement could start: this call still comes back as a result
+            error = f"{error}; starting a replacement failed: {exc}"
         return CallResult(
             status=status,
             error=error,
@@ -159,6 +180,10 @@ class PooledSandbox(Sandbox):
         self._load_sources(self._timeout)
 
 
+class _StepLimitError(SandboxError):
+    """A code block went past the host's cap on tool calls or their bytes."""
+
+
 class PreloadingLauncher(Launcher):
     """Runs shared sources (e.g. a large data set) in each worker before the pool hands it out, so warm
     spares already hold them and an episode's ``load`` costs only its own sources."""
@@ -170,24 +195,39 @@ class PreloadingLauncher(Launcher):
 
     def start(self) -> WorkerHandle:
         worker = self._launcher.start()
+        deadline = time.monotonic() + self._timeout
         try:
-            worker.connection.send({"op": "preload", "sources": self._sources})
-            reply = worker.connection.receive(time.monotonic() + self._timeout)
+            request_id = worker.connection.request({"op": "preload", "sources": self._sources}, deadline)
+            reply = worker.connection.receive(deadline, request_id)
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, self._timeout)
             worker.kill()
             raise SandboxError(f"preloading the sandbox worker failed: {reason}") from exc
         if reply["type"] != "preloaded" or reply.get("errors"):
             worker.kill()
-            raise SandboxError(f"preloading the sandbox worker failed: {reply.get('errors') or reply}")
+            problem = str(reply.get("errors") or reply)[:2000]
+            raise SandboxError(f"preloading the sandbox worker failed: {problem}")
         return worker
+
+
+def _loaded(reply: dict[str, Any]) -> LoadResult:
+    """The load reply as a :class:`LoadResult`; any other shape breaks the protocol."""
+    functions, errors = reply.get("functions"), reply.get("errors")
+    if reply["type"] != "loaded" or not _is_text_list(functions) or not _is_text_list(errors):
+        raise WorkerProtocolError(f"the worker answered load with a malformed {reply['type']!r} message")
+    return LoadResult(functions=tuple(functions), errors=tuple(errors))
+
+
+def _is_text_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
 def _ask_hook(
     hook: ToolCallHook | None, message: dict[str, Any], tool_calls: list[dict[str, Any]]
 ) -> str | None:
-    name, arguments = str(message.get("name")), message.get("arguments")
-    arguments = arguments if isinstance(arguments, dict) else {}
+    name, arguments = message.get("name"), message.get("arguments")
+    if not isinstance(name, str):
+        raise WorkerProtocolError("the worker sent a tool call without a function name")
     refusal = hook(name, arguments) if hook is not None else None
     tool_calls.append(
         {
@@ -201,18 +241,44 @@ def _ask_hook(
     return refusal
 
 
+def _finish_tool_call(message: dict[str, Any], tool_calls: list[dict[str, Any]]) -> None:
+    """Record the outcome of the pending tool call; one without a pending call breaks the protocol."""
+    status, error = message.get("status"), message.get("error")
+    if not tool_calls or tool_calls[-1]["status"] != "pending":
+        raise WorkerProtocolError("the worker reported the outcome of a tool call that was not made")
+    if status not in _STATUSES or not (error is None or isinstance(error, str)):
+        raise WorkerProtocolError("the worker reported a tool call's outcome in a malformed message")
+    tool_calls[-1].update(status=status, value=message.get("value"), error=error)
+
+
 def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float) -> CallResult:
-    status = message.get("status")
-    stdout, error = message.get("stdout"), message.get("error")
+    status, stdout, error = message.get("status"), message.get("stdout"), message.get("error")
+    if (
+        status not in _STATUSES
+        or not (error is None or isinstance(error, str))
+        or not isinstance(stdout, str)
+        or not isinstance(message.get("truncated"), bool)
+    ):
+        raise WorkerProtocolError("the worker sent a malformed result message")
     return CallResult(
-        status=status if status in _STATUSES else "error",
+        status=status,
         value=message.get("value"),
-        error=None if error is None else str(error),
-        stdout=stdout if isinstance(stdout, str) else "",
-        truncated=bool(message.get("truncated")),
+        error=error,
+        stdout=stdout,
+        truncated=message["truncated"],
         latency_ms=(time.monotonic() - started) * 1000,
         tool_calls=tuple(tool_calls),
     )
+
+
+def _failure_status(exc: Exception, worker: WorkerHandle) -> CallStatus:
+    if isinstance(exc, WorkerTimeoutError):
+        return "timeout"
+    if isinstance(exc, _StepLimitError):
+        return "resource_limit"
+    if isinstance(exc, WorkerProtocolError):
+        return "error"
+    return _crash_status(worker)
 
 
 def _crash_status(worker: WorkerHandle) -> CallStatus:
@@ -232,6 +298,10 @@ def _wait_exit(worker: WorkerHandle, patience: float = 0.5) -> int | None:
 def _describe_failure(exc: Exception, worker: WorkerHandle, timeout: float) -> str:
     if isinstance(exc, WorkerTimeoutError):
         return f"wall-clock timeout after {timeout:g} s; the worker was killed and replaced"
+    if isinstance(exc, _StepLimitError):
+        return f"{exc}; the worker was killed and replaced"
+    if isinstance(exc, WorkerProtocolError):
+        return f"the worker broke the protocol ({exc}); it was killed and replaced"
     exit_code = _wait_exit(worker)
     if exit_code is not None and exit_code < 0:
         name = (

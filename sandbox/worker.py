@@ -25,7 +25,7 @@ import signal
 import sys
 import types
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 LIBSECCOMP = "libseccomp.so.2"
 CLONE_THREAD = 0x00010000
@@ -297,6 +297,8 @@ class Channel:
     """The protocol stream, moved off fds 0-2 so that tools writing to fd 1 cannot corrupt it."""
 
     def __init__(self) -> None:
+        self.request_id: str | None = None
+        """The id of the request being served; every message sent carries it (see ``protocol.py``)."""
         self._reader = os.fdopen(os.dup(0), "rb")
         self._out = os.dup(1)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -306,7 +308,7 @@ class Channel:
 
     def send(self, message: dict, value_json: str | None = None) -> None:
         """Write one message; ``value_json`` is spliced in as the already-serialised ``value`` field."""
-        text = _dumps(message)
+        text = _dumps(message if self.request_id is None else {**message, "id": self.request_id})
         if value_json is not None:
             text = text[:-1] + (', "value": ' if message else '"value": ') + value_json + "}"
         data = (text + "\n").encode("ascii")
@@ -353,19 +355,23 @@ def encode_value(value: object, cap: int) -> tuple[str, bool]:
     """JSON text of ``value`` (non-JSON parts as their repr); past ``cap`` characters, a string holding the
     first ``cap`` characters and a marker, and True."""
     try:
-        text = _dumps(value, default=repr)
-    except (TypeError, ValueError, RecursionError):
+        text = _dumps(value, default=_safe_repr)
+    except BaseException:  # whatever a hostile value raises, the reply is still sent
         text = _dumps(_safe_repr(value))
     if len(text) <= cap:
         return text, False
-    shown = value if isinstance(value, str) else text  # a long string is cut as text, anything else as JSON
+    # A long string is cut as text (a str subclass's own methods are not trusted), anything else as JSON.
+    shown = str.__str__(value) if isinstance(value, str) else text
     return _dumps(f"{shown[:cap]}...[truncated: {len(shown)} characters in all]"), True
 
 
 def _safe_repr(value: object) -> str:
     try:
-        return repr(value)
-    except Exception as exc:  # a hostile __repr__ must not break the worker
+        text = repr(value)
+        if type(text) is str:
+            return text
+        raise TypeError(f"__repr__ returned {type(text).__name__}")
+    except BaseException as exc:  # a hostile __repr__ must not break the worker
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
 
 
@@ -375,8 +381,9 @@ def describe_error(exc: BaseException, limit: int = 2000) -> str:
 
 def _safe_repr_message(exc: BaseException) -> str:
     try:
-        return str(exc)
-    except Exception:
+        text = str(exc)
+        return text if type(text) is str else "<message not printable>"
+    except BaseException:  # a hostile __str__ must not break the worker
         return "<message not printable>"
 
 
@@ -408,6 +415,7 @@ class Worker:
             "execute": self.execute,
         }
         while (request := self.channel.receive()) is not None:
+            self.channel.request_id = request.get("id")
             handler = handlers.get(request.get("op"))
             if handler is None:
                 self.channel.send({"type": "fatal", "error": f"unknown request {request.get('op')!r}"})
