@@ -56,6 +56,9 @@ class PooledSandbox(Sandbox):
         self._max_event_bytes = max_event_bytes
         self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
         self._sources: list[str] = []
+        self._parameters: dict[str, list[str]] = {}
+        """Each loaded function's positional parameter names, to bind a code block's calls by."""
+        self._code_worker: WorkerHandle | None = None
         self._loaded = False
         try:
             self._worker: WorkerHandle | None = self._pool.acquire()  # fail now if workers cannot start
@@ -76,6 +79,7 @@ class PooledSandbox(Sandbox):
         return dict(self._current().info)
 
     def load(self, sources: Sequence[str]) -> LoadResult:
+        self._drop_code_worker()
         if self._loaded:
             self._replace_worker()
         self._sources = list(sources)
@@ -84,16 +88,57 @@ class PooledSandbox(Sandbox):
 
     def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
         self._require_loaded()
-        request = {"op": "call", "name": name, "arguments": dict(arguments)}
-        return self._run(request, None, timeout)
+        return self._call(name, dict(arguments), self._timeout if timeout is None else timeout)
 
     def execute(
         self, code: str, on_tool_call: ToolCallHook | None = None, timeout: float | None = None
     ) -> CallResult:
+        """The code runs in a second worker of the episode that holds no tool code; each tool call it makes
+        comes to the host, which passes it to ``on_tool_call``, runs it with :meth:`call` in the episode's
+        worker, records it, and sends the value back. So the records are the host's own bookkeeping."""
         self._require_loaded()
-        return self._run({"op": "execute", "code": code}, on_tool_call, timeout)
+        limit = self._timeout if timeout is None else timeout
+        started = time.monotonic()
+        deadline = started + limit
+        records: list[dict[str, Any]] = []
+        try:
+            worker = self._code_worker_for_episode()
+        except SandboxError as exc:
+            return CallResult(status="error", error=f"no worker could start to run the code: {exc}")
+        try:
+            request = {"op": "execute", "code": code, "tools": sorted(self._parameters)}
+            request_id = worker.connection.request(request, deadline)
+            event_bytes_left = worker.connection.bytes_received + self._max_event_bytes
+            while True:
+                message = worker.connection.receive(deadline, request_id)
+                if message["type"] == "result":
+                    return _result(message, records, started)
+                if message["type"] != "tool_call":
+                    raise WorkerProtocolError(f"unexpected message {message['type']!r} while running code")
+                if worker.connection.bytes_received > event_bytes_left:
+                    raise _StepLimitError(
+                        f"the tool calls of one code block sent over {self._max_event_bytes} bytes"
+                    )
+                if len(records) >= self._max_tool_calls:
+                    raise _StepLimitError(f"the code made more than {self._max_tool_calls} tool calls")
+                reply = self._tool_call(message, on_tool_call, records, deadline)
+                worker.connection.send({"op": "tool_reply", "id": request_id, **reply}, deadline)
+        except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
+            status = _failure_status(exc, worker)
+            error = _describe_failure(exc, worker, limit)
+        except BaseException:
+            self._drop_code_worker()  # interrupted mid-protocol (e.g. the host hook raised)
+            raise
+        self._drop_code_worker()
+        return CallResult(
+            status=status,
+            error=error,
+            latency_ms=(time.monotonic() - started) * 1000,
+            tool_calls=tuple(records),
+        )
 
     def close(self) -> None:
+        self._drop_code_worker()
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
@@ -116,63 +161,81 @@ class PooledSandbox(Sandbox):
         self._current().kill()
         self._worker = self._pool.acquire()
 
+    def _code_worker_for_episode(self) -> WorkerHandle:
+        if self._code_worker is None:
+            self._current()  # a closed sandbox starts nothing
+            self._code_worker = self._pool.acquire()
+        return self._code_worker
+
+    def _drop_code_worker(self) -> None:
+        if self._code_worker is not None:
+            self._code_worker.kill()
+            self._code_worker = None
+
     def _load_sources(self, timeout: float) -> LoadResult:
         worker = self._current()
         deadline = time.monotonic() + timeout
+        self._parameters = {}
         try:
             request_id = worker.connection.request({"op": "load", "sources": self._sources}, deadline)
-            return _loaded(worker.connection.receive(deadline, request_id))
+            loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
+            return loaded
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, timeout)
         self._sources = []
         self._replace_worker()
         return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
-    def _run(self, request: dict[str, Any], hook: ToolCallHook | None, timeout: float | None) -> CallResult:
-        limit = self._timeout if timeout is None else timeout
+    def _call(self, name: str, arguments: dict[str, Any], limit: float) -> CallResult:
         worker = self._current()
         started = time.monotonic()
         deadline = started + limit
-        tool_calls: list[dict[str, Any]] = []
         try:
+            request = {"op": "call", "name": name, "arguments": arguments}
             request_id = worker.connection.request(request, deadline)
-            event_bytes_left = worker.connection.bytes_received + self._max_event_bytes
-            while True:
-                message = worker.connection.receive(deadline, request_id)
-                if message["type"] == "result":
-                    return _result(message, tool_calls, started)
-                if request["op"] != "execute" or message["type"] not in ("tool_call", "tool_done"):
-                    raise WorkerProtocolError(f"unexpected message {message['type']!r} during a call")
-                if worker.connection.bytes_received > event_bytes_left:
-                    raise _StepLimitError(
-                        f"the tool calls of one code block sent over {self._max_event_bytes} bytes"
-                    )
-                if message["type"] == "tool_done":
-                    _finish_tool_call(message, tool_calls)
-                    continue
-                if len(tool_calls) >= self._max_tool_calls:
-                    raise _StepLimitError(f"the code made more than {self._max_tool_calls} tool calls")
-                refusal = _ask_hook(hook, message, tool_calls)
-                worker.connection.send({"op": "tool_reply", "id": request_id, "error": refusal}, deadline)
-        except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
+            message = worker.connection.receive(deadline, request_id)
+            if message["type"] != "result":
+                raise WorkerProtocolError(f"unexpected message {message['type']!r} during a call")
+            return _result(message, [], started)
+        except (WorkerTimeoutError, WorkerCrashedError) as exc:
             status = _failure_status(exc, worker)
             error = _describe_failure(exc, worker, limit)
         except BaseException:
-            self._recover()  # the worker is mid-protocol (e.g. the host hook raised): it cannot be reused
+            self._recover()  # interrupted mid-protocol: the worker cannot be reused
             raise
-        for record in tool_calls:
-            if record["status"] == "pending":
-                record.update(status=status, error=error)
         try:
             self._recover()
         except SandboxError as exc:  # no replacement could start: this call still comes back as a result
             error = f"{error}; starting a replacement failed: {exc}"
-        return CallResult(
-            status=status,
-            error=error,
-            latency_ms=(time.monotonic() - started) * 1000,
-            tool_calls=tuple(tool_calls),
-        )
+        return CallResult(status=status, error=error, latency_ms=(time.monotonic() - started) * 1000)
+
+    def _tool_call(
+        self,
+        message: dict[str, Any],
+        hook: ToolCallHook | None,
+        records: list[dict[str, Any]],
+        deadline: float,
+    ) -> dict[str, Any]:
+        """Validate (``hook``), run and record one tool call of a code block; the reply for the code."""
+        name = message.get("name")
+        if not isinstance(name, str):
+            raise WorkerProtocolError("the code's worker sent a tool call without a function name")
+        arguments = _bound_arguments(self._parameters.get(name, []), message.get("call"))
+        refusal = hook(name, arguments) if hook is not None else None
+        if refusal is None and not isinstance(arguments, dict):
+            refusal = "the arguments of this call could not be read (too large to send?)"
+        if refusal is not None:
+            records.append(
+                {"name": name, "arguments": arguments, "status": "refused", "value": None, "error": refusal}
+            )
+            return {"status": "refused", "error": refusal}
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerTimeoutError("the code block ran out of time")
+        result = self._call(name, arguments, remaining)
+        outcome = {"status": result.status, "value": result.value, "error": result.error}
+        records.append({"name": name, "arguments": arguments, **outcome})
+        return outcome
 
     def _recover(self) -> None:
         """Replace the current worker and reload the episode's sources into the replacement."""
@@ -210,45 +273,34 @@ class PreloadingLauncher(Launcher):
         return worker
 
 
-def _loaded(reply: dict[str, Any]) -> LoadResult:
-    """The load reply as a :class:`LoadResult`; any other shape breaks the protocol."""
-    functions, errors = reply.get("functions"), reply.get("errors")
-    if reply["type"] != "loaded" or not _is_text_list(functions) or not _is_text_list(errors):
+def _loaded(reply: dict[str, Any]) -> tuple[LoadResult, dict[str, list[str]]]:
+    """The load reply as a :class:`LoadResult` and the functions' positional parameter names; any other
+    shape breaks the protocol."""
+    functions, errors, parameters = reply.get("functions"), reply.get("errors"), reply.get("parameters")
+    if (
+        reply["type"] != "loaded"
+        or not _is_text_list(functions)
+        or not _is_text_list(errors)
+        or not isinstance(parameters, dict)
+        or not all(name in functions and _is_text_list(names) for name, names in parameters.items())
+    ):
         raise WorkerProtocolError(f"the worker answered load with a malformed {reply['type']!r} message")
-    return LoadResult(functions=tuple(functions), errors=tuple(errors))
+    return LoadResult(functions=tuple(functions), errors=tuple(errors)), parameters
 
 
 def _is_text_list(value: Any) -> bool:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
-def _ask_hook(
-    hook: ToolCallHook | None, message: dict[str, Any], tool_calls: list[dict[str, Any]]
-) -> str | None:
-    name, arguments = message.get("name"), message.get("arguments")
-    if not isinstance(name, str):
-        raise WorkerProtocolError("the worker sent a tool call without a function name")
-    refusal = hook(name, arguments) if hook is not None else None
-    tool_calls.append(
-        {
-            "name": name,
-            "arguments": arguments,
-            "status": "refused" if refusal is not None else "pending",
-            "value": None,
-            "error": refusal,
-        }
-    )
-    return refusal
-
-
-def _finish_tool_call(message: dict[str, Any], tool_calls: list[dict[str, Any]]) -> None:
-    """Record the outcome of the pending tool call; one without a pending call breaks the protocol."""
-    status, error = message.get("status"), message.get("error")
-    if not tool_calls or tool_calls[-1]["status"] != "pending":
-        raise WorkerProtocolError("the worker reported the outcome of a tool call that was not made")
-    if status not in _STATUSES or not (error is None or isinstance(error, str)):
-        raise WorkerProtocolError("the worker reported a tool call's outcome in a malformed message")
-    tool_calls[-1].update(status=status, value=message.get("value"), error=error)
+def _bound_arguments(positional: list[str], call: Any) -> Any:
+    """A code block's ``{"args", "kwargs"}`` as arguments by name; positional arguments past the named
+    parameters stay under ``"*args"`` (which validation then reports); an unreadable call stays as it is."""
+    args, kwargs = (call.get("args"), call.get("kwargs")) if isinstance(call, dict) else (None, None)
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return call
+    bound = dict(zip(positional, args, strict=False))
+    extra = args[len(positional) :]
+    return {**bound, **kwargs, **({"*args": extra} if extra else {})}
 
 
 def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float) -> CallResult:

@@ -7,13 +7,15 @@ for a request carries that request's ``id``:
 - worker -> host at start: ``{"type": "ready", "version", "pid", "uid", "seccomp", "rlimits", "namespaces"}``
   (or ``{"type": "fatal", "error"}`` when hardening failed; the worker then exits). No ``id``.
 - ``{"op": "ping"}`` -> ``{"type": "pong"}``
-- ``{"op": "load", "sources": [str, ...]}`` -> ``{"type": "loaded", "functions": [...], "errors": [...]}``
+- ``{"op": "load", "sources": [str, ...]}`` -> ``{"type": "loaded", "functions": [...], "errors": [...],
+  "parameters": {function: [positional parameter names]}}``
 - ``{"op": "preload", "sources": [str, ...]}`` -> ``{"type": "preloaded", "errors": [...]}``: optional, once,
   before ``load``, sent by the pool before a worker is handed out; ``load`` then runs in that namespace.
 - ``{"op": "call", "name", "arguments"}`` -> a result message
-- ``{"op": "execute", "code"}`` -> zero or more ``{"type": "tool_call", "name", "arguments"}`` events, each
-  answered by the host with ``{"op": "tool_reply", "error": null | str}`` and later followed by a
-  ``{"type": "tool_done", "status", "value", "error"}`` event; then a result message.
+- ``{"op": "execute", "code", "tools": [name, ...]}``, sent to a second worker of the episode that holds
+  no tool code -> zero or more ``{"type": "tool_call", "name", "call": {"args", "kwargs"}}`` events, each
+  answered by the host (which runs the call itself in the episode's worker) with ``{"op": "tool_reply",
+  "status", "value", "error"}`` (status ``refused`` when validation refused it); then a result message.
 - result message: ``{"type": "result", "status", "value", "error", "stdout", "truncated"}``.
 
 Everything the worker writes is untrusted: every read and every write has a wall-clock deadline, a line is

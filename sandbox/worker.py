@@ -61,6 +61,10 @@ class ToolCallRefused(Exception):
     """Raised inside executed code when the host's hook refuses a tool call."""
 
 
+class ToolError(Exception):
+    """Raised inside executed code when a tool call failed in a way no builtin exception names."""
+
+
 # ---------------------------------------------------------------------------------------------- hardening
 
 
@@ -460,7 +464,9 @@ class Worker:
             for name, value in namespace.items()
             if isinstance(value, types.FunctionType) and value.__globals__ is namespace
         }
-        self.channel.send({"type": "loaded", "functions": sorted(self.functions), "errors": errors})
+        parameters = {name: _positional_parameters(function) for name, function in self.functions.items()}
+        message = {"type": "loaded", "functions": sorted(self.functions), "errors": errors}
+        self.channel.send({**message, "parameters": parameters})
 
     def call(self, request: dict) -> None:
         function = self.functions.get(request.get("name"))
@@ -481,11 +487,13 @@ class Worker:
         self._send_result("ok", value, None, output)
 
     def execute(self, request: dict) -> None:
+        """Run code in a fresh namespace where each tool is a proxy: this worker holds no tool code (the host
+        runs every call in the episode's own worker), so the code cannot reach a tool unseen by the host."""
         import ast
 
         output = CappedOutput(self.output_cap)
-        namespace = dict(self.namespace if self.namespace is not None else self.policy.globals())
-        namespace.update({name: self._proxy(name, function) for name, function in self.functions.items()})
+        namespace = self.policy.globals()
+        namespace.update({name: self._proxy(name) for name in request.get("tools", ())})
         try:
             body = ast.parse(request["code"])
             last = body.body.pop() if body.body and isinstance(body.body[-1], ast.Expr) else None
@@ -501,28 +509,23 @@ class Worker:
             return
         self._send_result("ok", value, None, output)
 
-    def _proxy(self, name: str, function: types.FunctionType):
-        """A stand-in that asks the host before each call and reports the outcome after it."""
+    def _proxy(self, name: str):
+        """A stand-in that sends each call to the host and returns the value (JSON) the host sends back."""
         channel, cap = self.channel, self.result_cap
 
         def tool(*args, **kwargs):
-            arguments_json, _ = encode_value(_bind(function, args, kwargs), cap)
-            channel.send({"type": "tool_call", "name": name, "arguments": _loads(arguments_json)})
+            call_json, _ = encode_value({"args": list(args), "kwargs": kwargs}, cap)
+            channel.send({"type": "tool_call", "name": name, "call": _loads(call_json)})
             reply = channel.receive()
-            refusal = reply.get("error") if isinstance(reply, dict) else "no reply from the host"
-            if refusal is not None:  # the host recorded the refusal itself
-                raise ToolCallRefused(str(refusal))
-            try:
-                value = function(*args, **kwargs)
-            except BaseException as exc:
-                channel.send({"type": "tool_done", "status": status_of(exc), "error": describe_error(exc)})
-                raise
-            value_json, _ = encode_value(value, cap)
-            channel.send({"type": "tool_done", "status": "ok", "error": None}, value_json)
-            return value
+            if not isinstance(reply, dict):
+                raise ToolCallRefused("no reply from the host")
+            if reply.get("status") == "ok":
+                return reply.get("value")
+            if reply.get("status") == "refused":
+                raise ToolCallRefused(str(reply.get("error")))
+            raise _tool_exception(str(reply.get("error")))
 
         tool.__name__ = name
-        tool.__doc__ = function.__doc__
         return tool
 
     def _send_result(self, status: str, value: object, error: str | None, output=None) -> None:
@@ -539,14 +542,31 @@ class Worker:
         self.channel.send(message, value_json)
 
 
-def _bind(function: types.FunctionType, args: tuple, kwargs: dict) -> dict:
-    """Arguments by parameter name, as the host's tool-call records show them."""
+def _positional_parameters(function: types.FunctionType) -> list:
+    """The names a positional argument can bind to, in order (the host binds a code block's calls by them)."""
     import inspect
 
     try:
-        return dict(inspect.signature(function).bind(*args, **kwargs).arguments)
-    except TypeError:
-        return {**kwargs, "*args": list(args)} if args else dict(kwargs)
+        parameters = inspect.signature(function).parameters.values()
+    except BaseException:  # a hostile __signature__: the function takes keyword arguments only, then
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    return [
+        parameter.name for parameter in parameters if parameter.kind in kinds and type(parameter.name) is str
+    ]
+
+
+def _tool_exception(error: str) -> Exception:
+    """The exception a failed tool call raises in the code: the builtin type its error text names (so that
+    ``except ValueError`` works as if the tool ran here), else a ToolError."""
+    type_name, _, message = error.partition(": ")
+    kind = getattr(builtins, type_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(message)
+        except Exception:  # a builtin that takes other arguments (UnicodeDecodeError ...)
+            pass
+    return ToolError(error)
 
 
 class _redirected:
