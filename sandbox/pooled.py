@@ -235,7 +235,7 @@ class PooledSandbox(Sandbox):
         result = self._call(name, arguments, remaining)
         outcome = {"status": result.status, "value": result.value, "error": result.error}
         records.append({"name": name, "arguments": arguments, **outcome})
-        return outcome
+        return {**outcome, "stdout": result.stdout}
 
     def _recover(self) -> None:
         """Replace the current worker and reload the episode's sources into the replacement."""

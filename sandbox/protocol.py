@@ -15,7 +15,7 @@ for a request carries that request's ``id``:
 - ``{"op": "execute", "code", "tools": [name, ...]}``, sent to a second worker of the episode that holds
   no tool code -> zero or more ``{"type": "tool_call", "name", "call": {"args", "kwargs"}}`` events, each
   answered by the host (which runs the call itself in the episode's worker) with ``{"op": "tool_reply",
-  "status", "value", "error"}`` (status ``refused`` when validation refused it); then a result message.
+  "status", "value", "error", "stdout"}`` (status ``refused`` when validation refused it); then a result.
 - result message: ``{"type": "result", "status", "value", "error", "stdout", "truncated"}``.
 
 Everything the worker writes is untrusted: every read and every write has a wall-clock deadline, a line is

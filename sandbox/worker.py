@@ -510,7 +510,8 @@ class Worker:
         self._send_result("ok", value, None, output)
 
     def _proxy(self, name: str):
-        """A stand-in that sends each call to the host and returns the value (JSON) the host sends back."""
+        """A stand-in that sends each call to the host, prints what the tool printed, and returns the value
+        (JSON) the host sends back."""
         channel, cap = self.channel, self.result_cap
 
         def tool(*args, **kwargs):
@@ -519,6 +520,8 @@ class Worker:
             reply = channel.receive()
             if not isinstance(reply, dict):
                 raise ToolCallRefused("no reply from the host")
+            if isinstance(reply.get("stdout"), str):
+                sys.stdout.write(reply["stdout"])  # what the tool printed, as if it had run here
             if reply.get("status") == "ok":
                 return reply.get("value")
             if reply.get("status") == "refused":
