@@ -14,7 +14,7 @@ import numpy as np
 
 from hopgym.envs.feedback import outcome_of, shown_text, validation_text
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
-from hopgym.envs.validation import CallCheck, ToolValidator
+from hopgym.envs.validation import CallCheck, ToolValidator, stand_in
 from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox.base import CallResult, Sandbox
 
@@ -65,7 +65,12 @@ def call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
     if not isinstance(call, Mapping):
         return fallback_id, None, call
     function = call.get("function") if isinstance(call.get("function"), Mapping) else call
-    return str(call.get("id") or fallback_id), function.get("name"), function.get("arguments")
+    call_id = call.get("id")
+    return (
+        (call_id if isinstance(call_id, str) and call_id else fallback_id),
+        function.get("name"),
+        function.get("arguments"),
+    )
 
 
 def select_task(
@@ -120,7 +125,7 @@ def call_record(
         latency_ms, truncated = 0.0, False
     return {
         "id": call_id,
-        "name": name,
+        "name": name if name is None or isinstance(name, str) else stand_in(name),
         "arguments": check.arguments,
         "status": status,
         "errors": errors,

@@ -53,6 +53,10 @@ class WorkerCrashedError(SandboxError):
     """A sandbox worker exited, or wrote something that is not a protocol message."""
 
 
+class WorkerProtocolError(WorkerCrashedError):
+    """A sandbox worker broke the protocol: an unparseable, oversized, malformed or unrequested message."""
+
+
 class ModelError(HopgymError):
     """The model server failed or returned something unusable."""
 

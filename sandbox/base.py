@@ -35,7 +35,8 @@ class CallResult:
     latency_ms: float = 0.0
     tool_calls: tuple[dict[str, Any], ...] = ()
     """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error"}`` per call of a
-    loaded function made from the code, in order (calls refused by the hook included)."""
+    loaded function made from the code, in order (calls refused by the hook included), recorded by the host,
+    which ran each call itself."""
 
 
 @dataclass(frozen=True)
@@ -76,8 +77,9 @@ class Sandbox(ABC):
         """Run a code block (CodeAct) in the episode namespace with the loaded functions bound.
 
         ``value`` is the value of the last expression (or None); ``stdout`` holds what the code printed.
-        Each call of a loaded function from the code is first passed to ``on_tool_call``.
-        """
+        The code runs apart from the tool code: each call of a loaded function from the code is first passed
+        to ``on_tool_call``, then run by the host as :meth:`call` would, and the code gets its JSON value (a
+        failure raises the builtin exception its error names, else ``ToolError``)."""
 
     @abstractmethod
     def close(self) -> None:

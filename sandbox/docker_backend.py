@@ -31,9 +31,9 @@ from typing import Any
 from hopgym.errors import ConfigError, DockerUnavailableError, SandboxError, SandboxImageMissingError
 from hopgym.sandbox.isolation import WorkerLimits
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.pooled import PooledSandbox
+from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
 from hopgym.sandbox.process import POLICIES
-from hopgym.sandbox.protocol import WorkerConnection
+from hopgym.sandbox.protocol import WorkerConnection, reply_cap
 
 DEFAULT_IMAGE = "hopgym-sandbox:latest"
 CONTAINER_USER = "10001:10001"
@@ -292,17 +292,20 @@ class _AttachRelay:
 
 
 class _SocketWriter:
-    """The write side of the attach socket; closing it closes the worker's stdin (end of input)."""
+    """The write side of the attach socket, written without blocking (the socket itself stays blocking
+    for the relay thread that reads it); closing it closes the worker's stdin (end of input)."""
 
     def __init__(self, sock: socket.socket) -> None:
         self._sock = sock
 
-    def write(self, data: bytes) -> int:
-        self._sock.sendall(data)
-        return len(data)
+    def fileno(self) -> int:
+        return self._sock.fileno()
 
-    def flush(self) -> None:
-        """Writes are unbuffered."""
+    def write_some(self, data: memoryview) -> int:
+        try:
+            return self._sock.send(data, socket.MSG_DONTWAIT)
+        except BlockingIOError:
+            return 0
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -335,6 +338,7 @@ class DockerLauncher(Launcher):
         start_timeout: float = 30.0,
     ) -> None:
         self._api = api
+        self._reply_cap = reply_cap(worker_config["result_cap"], worker_config["output_cap"])
         self._image = image
         self._command = [json.dumps(worker_config)]
         self._labels = {SANDBOX_LABEL: "1", OWNER_LABEL: _this_process().label()}
@@ -388,7 +392,7 @@ class DockerLauncher(Launcher):
                 relay.reader.close()
             _remove_container(self._api, container_id)
             raise SandboxError(f"the Docker engine could not start a sandbox container: {exc}") from exc
-        connection = WorkerConnection(relay.reader, _SocketWriter(sock))
+        connection = WorkerConnection(relay.reader, _SocketWriter(sock), self._reply_cap)
         handle = WorkerHandle(
             connection,
             {},
@@ -474,7 +478,8 @@ class DockerSandbox(PooledSandbox):
     ``memory_mb``, ``cpu_seconds``, ``file_mb``, ``open_files``: the worker's rlimits (``memory_mb`` also
     sizes the container's memory cgroup); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits.
     ``policy="restricted"`` adds RestrictedPython inside the worker. ``preload``: sources every container's
-    worker runs before it is handed out (shared data). Not thread-safe: one per episode runner.
+    worker runs before it is handed out (shared data). ``max_tool_calls``: tool calls one :meth:`execute`
+    may make (see ``PooledSandbox``). Not thread-safe: one per episode runner.
     """
 
     def __init__(
@@ -495,6 +500,7 @@ class DockerSandbox(PooledSandbox):
         result_cap: int = 65_536,
         start_timeout: float = 30.0,
         preload: Sequence[str] = (),
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
@@ -520,7 +526,14 @@ class DockerSandbox(PooledSandbox):
             f"docker{f'[{runtime}]' if runtime else ''}+seccomp+rlimits{'+restricted' if policy else ''}"
         )
         try:
-            super().__init__(self._launcher, described, timeout=timeout, spares=spares, preload=preload)
+            super().__init__(
+                self._launcher,
+                described,
+                timeout=timeout,
+                spares=spares,
+                preload=preload,
+                max_tool_calls=max_tool_calls,
+            )
         except BaseException:
             self._launcher.close()
             raise

@@ -12,17 +12,26 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
+from hopgym.errors import SandboxError, WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
 from hopgym.sandbox.base import CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
 
 _STATUSES: tuple[CallStatus, ...] = ("ok", "error", "timeout", "resource_limit")
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 """Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
+DEFAULT_MAX_TOOL_CALLS = 200
+"""Tool calls one code block may make; ToolHop tasks need at most a dozen."""
+DEFAULT_MAX_EVENT_BYTES = 4 << 20
+"""Bytes of tool-call events (arguments and values) one code block may send to the host."""
 
 
 class PooledSandbox(Sandbox):
-    """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher."""
+    """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher.
+
+    ``max_tool_calls``: the most tool calls one :meth:`execute` may make (the host ends the code block and
+    reports a resource limit past it); the tool-call events of one block may also total at most
+    ``max_event_bytes``, so that a call flood cannot pile up host memory.
+    """
 
     def __init__(
         self,
@@ -31,13 +40,25 @@ class PooledSandbox(Sandbox):
         timeout: float = 5.0,
         spares: int = 1,
         preload: Sequence[str] = (),
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
         if timeout <= 0:
             raise SandboxError(f"timeout must be positive seconds, got {timeout!r}")
+        if max_tool_calls < 0 or max_event_bytes < 0:
+            raise SandboxError(
+                f"max_tool_calls and max_event_bytes must be 0 or more, got {max_tool_calls!r}, "
+                f"{max_event_bytes!r}"
+            )
         self._isolation = isolation
         self._timeout = timeout
+        self._max_tool_calls = max_tool_calls
+        self._max_event_bytes = max_event_bytes
         self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
         self._sources: list[str] = []
+        self._parameters: dict[str, list[str]] = {}
+        """Each loaded function's positional parameter names, to bind a code block's calls by."""
+        self._code_worker: WorkerHandle | None = None
         self._loaded = False
         try:
             self._worker: WorkerHandle | None = self._pool.acquire()  # fail now if workers cannot start
@@ -58,6 +79,7 @@ class PooledSandbox(Sandbox):
         return dict(self._current().info)
 
     def load(self, sources: Sequence[str]) -> LoadResult:
+        self._drop_code_worker()
         if self._loaded:
             self._replace_worker()
         self._sources = list(sources)
@@ -66,16 +88,57 @@ class PooledSandbox(Sandbox):
 
     def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
         self._require_loaded()
-        request = {"op": "call", "name": name, "arguments": dict(arguments)}
-        return self._run(request, None, timeout)
+        return self._call(name, dict(arguments), self._timeout if timeout is None else timeout)
 
     def execute(
         self, code: str, on_tool_call: ToolCallHook | None = None, timeout: float | None = None
     ) -> CallResult:
+        """The code runs in a second worker of the episode that holds no tool code; each tool call it makes
+        comes to the host, which passes it to ``on_tool_call``, runs it with :meth:`call` in the episode's
+        worker, records it, and sends the value back. So the records are the host's own bookkeeping."""
         self._require_loaded()
-        return self._run({"op": "execute", "code": code}, on_tool_call, timeout)
+        limit = self._timeout if timeout is None else timeout
+        started = time.monotonic()
+        deadline = started + limit
+        records: list[dict[str, Any]] = []
+        try:
+            worker = self._code_worker_for_episode()
+        except SandboxError as exc:
+            return CallResult(status="error", error=f"no worker could start to run the code: {exc}")
+        try:
+            request = {"op": "execute", "code": code, "tools": sorted(self._parameters)}
+            request_id = worker.connection.request(request, deadline)
+            event_bytes_left = worker.connection.bytes_received + self._max_event_bytes
+            while True:
+                message = worker.connection.receive(deadline, request_id)
+                if message["type"] == "result":
+                    return _result(message, records, started)
+                if message["type"] != "tool_call":
+                    raise WorkerProtocolError(f"unexpected message {message['type']!r} while running code")
+                if worker.connection.bytes_received > event_bytes_left:
+                    raise _StepLimitError(
+                        f"the tool calls of one code block sent over {self._max_event_bytes} bytes"
+                    )
+                if len(records) >= self._max_tool_calls:
+                    raise _StepLimitError(f"the code made more than {self._max_tool_calls} tool calls")
+                reply = self._tool_call(message, on_tool_call, records, deadline)
+                worker.connection.send({"op": "tool_reply", "id": request_id, **reply}, deadline)
+        except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
+            status = _failure_status(exc, worker)
+            error = _describe_failure(exc, worker, limit)
+        except BaseException:
+            self._drop_code_worker()  # interrupted mid-protocol (e.g. the host hook raised)
+            raise
+        self._drop_code_worker()
+        return CallResult(
+            status=status,
+            error=error,
+            latency_ms=(time.monotonic() - started) * 1000,
+            tool_calls=tuple(records),
+        )
 
     def close(self) -> None:
+        self._drop_code_worker()
         if self._worker is not None:
             self._worker.kill()
             self._worker = None
@@ -93,70 +156,95 @@ class PooledSandbox(Sandbox):
             raise SandboxError("no episode is loaded: call load(sources) before call() or execute()")
 
     def _replace_worker(self) -> None:
+        """Kill the current worker and take a spare. If no spare can start, the killed worker stays current:
+        its next use fails as a crash and tries again, so one failed start does not end the sandbox."""
         self._current().kill()
-        self._worker = None
         self._worker = self._pool.acquire()
+
+    def _code_worker_for_episode(self) -> WorkerHandle:
+        if self._code_worker is None:
+            self._current()  # a closed sandbox starts nothing
+            self._code_worker = self._pool.acquire()
+        return self._code_worker
+
+    def _drop_code_worker(self) -> None:
+        if self._code_worker is not None:
+            self._code_worker.kill()
+            self._code_worker = None
 
     def _load_sources(self, timeout: float) -> LoadResult:
         worker = self._current()
+        deadline = time.monotonic() + timeout
+        self._parameters = {}
         try:
-            worker.connection.send({"op": "load", "sources": self._sources})
-            reply = worker.connection.receive(time.monotonic() + timeout)
+            request_id = worker.connection.request({"op": "load", "sources": self._sources}, deadline)
+            loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
+            return loaded
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, timeout)
-            self._sources = []
-            self._replace_worker()
-            return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
-        if reply["type"] != "loaded":
-            self._replace_worker()
-            raise SandboxError(f"sandbox worker answered load with {reply['type']!r}: {reply.get('error')}")
-        return LoadResult(
-            functions=tuple(str(name) for name in reply.get("functions", ())),
-            errors=tuple(str(error) for error in reply.get("errors", ())),
-        )
+        self._sources = []
+        self._replace_worker()
+        return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
-    def _run(self, request: dict[str, Any], hook: ToolCallHook | None, timeout: float | None) -> CallResult:
-        limit = self._timeout if timeout is None else timeout
+    def _call(self, name: str, arguments: dict[str, Any], limit: float) -> CallResult:
         worker = self._current()
         started = time.monotonic()
         deadline = started + limit
-        tool_calls: list[dict[str, Any]] = []
         try:
-            worker.connection.send(request)
-            while True:
-                message = worker.connection.receive(deadline)
-                if message["type"] == "result":
-                    return _result(message, tool_calls, started)
-                if message["type"] == "tool_call":
-                    refusal = _ask_hook(hook, message, tool_calls)
-                    worker.connection.send({"op": "tool_reply", "error": refusal})
-                elif message["type"] == "tool_done" and tool_calls:
-                    tool_calls[-1].update(
-                        status=message.get("status"), value=message.get("value"), error=message.get("error")
-                    )
-                else:
-                    raise WorkerCrashedError(f"unexpected message {message['type']!r} during a call")
+            request = {"op": "call", "name": name, "arguments": arguments}
+            request_id = worker.connection.request(request, deadline)
+            message = worker.connection.receive(deadline, request_id)
+            if message["type"] != "result":
+                raise WorkerProtocolError(f"unexpected message {message['type']!r} during a call")
+            return _result(message, [], started)
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
-            status: CallStatus = "timeout" if isinstance(exc, WorkerTimeoutError) else _crash_status(worker)
+            status = _failure_status(exc, worker)
             error = _describe_failure(exc, worker, limit)
         except BaseException:
-            self._recover()  # the worker is mid-protocol (e.g. the host hook raised): it cannot be reused
+            self._recover()  # interrupted mid-protocol: the worker cannot be reused
             raise
-        for record in tool_calls:
-            if record["status"] == "pending":
-                record.update(status=status, error=error)
-        self._recover()
-        return CallResult(
-            status=status,
-            error=error,
-            latency_ms=(time.monotonic() - started) * 1000,
-            tool_calls=tuple(tool_calls),
-        )
+        try:
+            self._recover()
+        except SandboxError as exc:  # no replacement could start: this call still comes back as a result
+            error = f"{error}; starting a replacement failed: {exc}"
+        return CallResult(status=status, error=error, latency_ms=(time.monotonic() - started) * 1000)
+
+    def _tool_call(
+        self,
+        message: dict[str, Any],
+        hook: ToolCallHook | None,
+        records: list[dict[str, Any]],
+        deadline: float,
+    ) -> dict[str, Any]:
+        """Validate (``hook``), run and record one tool call of a code block; the reply for the code."""
+        name = message.get("name")
+        if not isinstance(name, str):
+            raise WorkerProtocolError("the code's worker sent a tool call without a function name")
+        arguments = _bound_arguments(self._parameters.get(name, []), message.get("call"))
+        refusal = hook(name, arguments) if hook is not None else None
+        if refusal is None and not isinstance(arguments, dict):
+            refusal = "the arguments of this call could not be read (too large to send?)"
+        if refusal is not None:
+            records.append(
+                {"name": name, "arguments": arguments, "status": "refused", "value": None, "error": refusal}
+            )
+            return {"status": "refused", "error": refusal}
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise WorkerTimeoutError("the code block ran out of time")
+        result = self._call(name, arguments, remaining)
+        outcome = {"status": result.status, "value": result.value, "error": result.error}
+        records.append({"name": name, "arguments": arguments, **outcome})
+        return {**outcome, "stdout": result.stdout}
 
     def _recover(self) -> None:
         """Replace the current worker and reload the episode's sources into the replacement."""
         self._replace_worker()
         self._load_sources(self._timeout)
+
+
+class _StepLimitError(SandboxError):
+    """A code block went past the host's cap on tool calls or their bytes."""
 
 
 class PreloadingLauncher(Launcher):
@@ -170,49 +258,79 @@ class PreloadingLauncher(Launcher):
 
     def start(self) -> WorkerHandle:
         worker = self._launcher.start()
+        deadline = time.monotonic() + self._timeout
         try:
-            worker.connection.send({"op": "preload", "sources": self._sources})
-            reply = worker.connection.receive(time.monotonic() + self._timeout)
+            request_id = worker.connection.request({"op": "preload", "sources": self._sources}, deadline)
+            reply = worker.connection.receive(deadline, request_id)
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, self._timeout)
             worker.kill()
             raise SandboxError(f"preloading the sandbox worker failed: {reason}") from exc
         if reply["type"] != "preloaded" or reply.get("errors"):
             worker.kill()
-            raise SandboxError(f"preloading the sandbox worker failed: {reply.get('errors') or reply}")
+            problem = str(reply.get("errors") or reply)[:2000]
+            raise SandboxError(f"preloading the sandbox worker failed: {problem}")
         return worker
 
 
-def _ask_hook(
-    hook: ToolCallHook | None, message: dict[str, Any], tool_calls: list[dict[str, Any]]
-) -> str | None:
-    name, arguments = str(message.get("name")), message.get("arguments")
-    arguments = arguments if isinstance(arguments, dict) else {}
-    refusal = hook(name, arguments) if hook is not None else None
-    tool_calls.append(
-        {
-            "name": name,
-            "arguments": arguments,
-            "status": "refused" if refusal is not None else "pending",
-            "value": None,
-            "error": refusal,
-        }
-    )
-    return refusal
+def _loaded(reply: dict[str, Any]) -> tuple[LoadResult, dict[str, list[str]]]:
+    """The load reply as a :class:`LoadResult` and the functions' positional parameter names; any other
+    shape breaks the protocol."""
+    functions, errors, parameters = reply.get("functions"), reply.get("errors"), reply.get("parameters")
+    if (
+        reply["type"] != "loaded"
+        or not _is_text_list(functions)
+        or not _is_text_list(errors)
+        or not isinstance(parameters, dict)
+        or not all(name in functions and _is_text_list(names) for name, names in parameters.items())
+    ):
+        raise WorkerProtocolError(f"the worker answered load with a malformed {reply['type']!r} message")
+    return LoadResult(functions=tuple(functions), errors=tuple(errors)), parameters
+
+
+def _is_text_list(value: Any) -> bool:
+    return isinstance(value, list) and all(isinstance(item, str) for item in value)
+
+
+def _bound_arguments(positional: list[str], call: Any) -> Any:
+    """A code block's ``{"args", "kwargs"}`` as arguments by name; positional arguments past the named
+    parameters stay under ``"*args"`` (which validation then reports); an unreadable call stays as it is."""
+    args, kwargs = (call.get("args"), call.get("kwargs")) if isinstance(call, dict) else (None, None)
+    if not isinstance(args, list) or not isinstance(kwargs, dict):
+        return call
+    bound = dict(zip(positional, args, strict=False))
+    extra = args[len(positional) :]
+    return {**bound, **kwargs, **({"*args": extra} if extra else {})}
 
 
 def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float) -> CallResult:
-    status = message.get("status")
-    stdout, error = message.get("stdout"), message.get("error")
+    status, stdout, error = message.get("status"), message.get("stdout"), message.get("error")
+    if (
+        status not in _STATUSES
+        or not (error is None or isinstance(error, str))
+        or not isinstance(stdout, str)
+        or not isinstance(message.get("truncated"), bool)
+    ):
+        raise WorkerProtocolError("the worker sent a malformed result message")
     return CallResult(
-        status=status if status in _STATUSES else "error",
+        status=status,
         value=message.get("value"),
-        error=None if error is None else str(error),
-        stdout=stdout if isinstance(stdout, str) else "",
-        truncated=bool(message.get("truncated")),
+        error=error,
+        stdout=stdout,
+        truncated=message["truncated"],
         latency_ms=(time.monotonic() - started) * 1000,
         tool_calls=tuple(tool_calls),
     )
+
+
+def _failure_status(exc: Exception, worker: WorkerHandle) -> CallStatus:
+    if isinstance(exc, WorkerTimeoutError):
+        return "timeout"
+    if isinstance(exc, _StepLimitError):
+        return "resource_limit"
+    if isinstance(exc, WorkerProtocolError):
+        return "error"
+    return _crash_status(worker)
 
 
 def _crash_status(worker: WorkerHandle) -> CallStatus:
@@ -232,6 +350,10 @@ def _wait_exit(worker: WorkerHandle, patience: float = 0.5) -> int | None:
 def _describe_failure(exc: Exception, worker: WorkerHandle, timeout: float) -> str:
     if isinstance(exc, WorkerTimeoutError):
         return f"wall-clock timeout after {timeout:g} s; the worker was killed and replaced"
+    if isinstance(exc, _StepLimitError):
+        return f"{exc}; the worker was killed and replaced"
+    if isinstance(exc, WorkerProtocolError):
+        return f"the worker broke the protocol ({exc}); it was killed and replaced"
     exit_code = _wait_exit(worker)
     if exit_code is not None and exit_code < 0:
         name = (

@@ -21,8 +21,8 @@ from hopgym.sandbox.isolation import (
     worker_view,
 )
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.pooled import PooledSandbox
-from hopgym.sandbox.protocol import WorkerConnection
+from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
+from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
 
 POLICIES = (None, "restricted")
 _BWRAP_SIGNAL_BASE = 128
@@ -44,6 +44,7 @@ class ProcessLauncher(Launcher):
         self._plan = plan
         self._cgroups = cgroups
         self._command = worker_command(plan, limits, policy)
+        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._start_timeout = start_timeout
 
     def start(self) -> WorkerHandle:
@@ -61,7 +62,7 @@ class ProcessLauncher(Launcher):
             start_new_session=True,
             close_fds=True,
         )
-        connection = PausingConnection(process.stdout, process.stdin)
+        connection = PausingConnection(process.stdout, PipeWriter(process.stdin), self._reply_cap)
 
         def kill() -> None:
             if process.returncode is None:
@@ -111,14 +112,14 @@ class PausingConnection(WorkerConnection):
     """The worker's pid on the host, once it is ready."""
     _paused = False
 
-    def send(self, message: dict[str, Any]) -> None:
+    def send(self, message: dict[str, Any], deadline: float) -> None:
         if self._paused:
             self._signal(signal.SIGCONT)
             self._paused = False
-        super().send(message)
+        super().send(message, deadline)
 
-    def receive(self, deadline: float) -> dict[str, Any]:
-        message = super().receive(deadline)
+    def receive(self, deadline: float, request_id: str | None = None) -> dict[str, Any]:
+        message = super().receive(deadline, request_id)
         if message["type"] in self.FINAL and self.pause_pid is not None:
             self._paused = self._signal(signal.SIGSTOP)
         return message
@@ -161,6 +162,7 @@ class ProcessSandbox(PooledSandbox):
     ``preload``: sources every worker runs before it is handed out (shared data; see ``PreloadingLauncher``).
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
+    ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 
@@ -180,6 +182,7 @@ class ProcessSandbox(PooledSandbox):
         preload: Sequence[str] = (),
         cgroup: str = "auto",
         max_tasks: int = 64,
+        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
@@ -205,7 +208,14 @@ class ProcessSandbox(PooledSandbox):
             "paused_between_calls": True,
         }
         launcher = ProcessLauncher(plan, limits, policy, cgroups)
-        super().__init__(launcher, described, timeout=timeout, spares=spares, preload=preload)
+        super().__init__(
+            launcher,
+            described,
+            timeout=timeout,
+            spares=spares,
+            preload=preload,
+            max_tool_calls=max_tool_calls,
+        )
 
     @property
     def report(self) -> dict[str, Any]:

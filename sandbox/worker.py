@@ -25,7 +25,7 @@ import signal
 import sys
 import types
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 LIBSECCOMP = "libseccomp.so.2"
 CLONE_THREAD = 0x00010000
@@ -59,6 +59,10 @@ _PR_SET_PDEATHSIG = 1
 
 class ToolCallRefused(Exception):
     """Raised inside executed code when the host's hook refuses a tool call."""
+
+
+class ToolError(Exception):
+    """Raised inside executed code when a tool call failed in a way no builtin exception names."""
 
 
 # ---------------------------------------------------------------------------------------------- hardening
@@ -297,6 +301,8 @@ class Channel:
     """The protocol stream, moved off fds 0-2 so that tools writing to fd 1 cannot corrupt it."""
 
     def __init__(self) -> None:
+        self.request_id: str | None = None
+        """The id of the request being served; every message sent carries it (see ``protocol.py``)."""
         self._reader = os.fdopen(os.dup(0), "rb")
         self._out = os.dup(1)
         devnull = os.open(os.devnull, os.O_RDWR)
@@ -306,7 +312,7 @@ class Channel:
 
     def send(self, message: dict, value_json: str | None = None) -> None:
         """Write one message; ``value_json`` is spliced in as the already-serialised ``value`` field."""
-        text = _dumps(message)
+        text = _dumps(message if self.request_id is None else {**message, "id": self.request_id})
         if value_json is not None:
             text = text[:-1] + (', "value": ' if message else '"value": ') + value_json + "}"
         data = (text + "\n").encode("ascii")
@@ -353,19 +359,23 @@ def encode_value(value: object, cap: int) -> tuple[str, bool]:
     """JSON text of ``value`` (non-JSON parts as their repr); past ``cap`` characters, a string holding the
     first ``cap`` characters and a marker, and True."""
     try:
-        text = _dumps(value, default=repr)
-    except (TypeError, ValueError, RecursionError):
+        text = _dumps(value, default=_safe_repr)
+    except BaseException:  # whatever a hostile value raises, the reply is still sent
         text = _dumps(_safe_repr(value))
     if len(text) <= cap:
         return text, False
-    shown = value if isinstance(value, str) else text  # a long string is cut as text, anything else as JSON
+    # A long string is cut as text (a str subclass's own methods are not trusted), anything else as JSON.
+    shown = str.__str__(value) if isinstance(value, str) else text
     return _dumps(f"{shown[:cap]}...[truncated: {len(shown)} characters in all]"), True
 
 
 def _safe_repr(value: object) -> str:
     try:
-        return repr(value)
-    except Exception as exc:  # a hostile __repr__ must not break the worker
+        text = repr(value)
+        if type(text) is str:
+            return text
+        raise TypeError(f"__repr__ returned {type(text).__name__}")
+    except BaseException as exc:  # a hostile __repr__ must not break the worker
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
 
 
@@ -375,8 +385,9 @@ def describe_error(exc: BaseException, limit: int = 2000) -> str:
 
 def _safe_repr_message(exc: BaseException) -> str:
     try:
-        return str(exc)
-    except Exception:
+        text = str(exc)
+        return text if type(text) is str else "<message not printable>"
+    except BaseException:  # a hostile __str__ must not break the worker
         return "<message not printable>"
 
 
@@ -408,6 +419,7 @@ class Worker:
             "execute": self.execute,
         }
         while (request := self.channel.receive()) is not None:
+            self.channel.request_id = request.get("id")
             handler = handlers.get(request.get("op"))
             if handler is None:
                 self.channel.send({"type": "fatal", "error": f"unknown request {request.get('op')!r}"})
@@ -452,7 +464,9 @@ class Worker:
             for name, value in namespace.items()
             if isinstance(value, types.FunctionType) and value.__globals__ is namespace
         }
-        self.channel.send({"type": "loaded", "functions": sorted(self.functions), "errors": errors})
+        parameters = {name: _positional_parameters(function) for name, function in self.functions.items()}
+        message = {"type": "loaded", "functions": sorted(self.functions), "errors": errors}
+        self.channel.send({**message, "parameters": parameters})
 
     def call(self, request: dict) -> None:
         function = self.functions.get(request.get("name"))
@@ -473,11 +487,13 @@ class Worker:
         self._send_result("ok", value, None, output)
 
     def execute(self, request: dict) -> None:
+        """Run code in a fresh namespace where each tool is a proxy: this worker holds no tool code (the host
+        runs every call in the episode's own worker), so the code cannot reach a tool unseen by the host."""
         import ast
 
         output = CappedOutput(self.output_cap)
-        namespace = dict(self.namespace if self.namespace is not None else self.policy.globals())
-        namespace.update({name: self._proxy(name, function) for name, function in self.functions.items()})
+        namespace = self.policy.globals()
+        namespace.update({name: self._proxy(name) for name in request.get("tools", ())})
         try:
             body = ast.parse(request["code"])
             last = body.body.pop() if body.body and isinstance(body.body[-1], ast.Expr) else None
@@ -493,28 +509,26 @@ class Worker:
             return
         self._send_result("ok", value, None, output)
 
-    def _proxy(self, name: str, function: types.FunctionType):
-        """A stand-in that asks the host before each call and reports the outcome after it."""
+    def _proxy(self, name: str):
+        """A stand-in that sends each call to the host, prints what the tool printed, and returns the value
+        (JSON) the host sends back."""
         channel, cap = self.channel, self.result_cap
 
         def tool(*args, **kwargs):
-            arguments_json, _ = encode_value(_bind(function, args, kwargs), cap)
-            channel.send({"type": "tool_call", "name": name, "arguments": _loads(arguments_json)})
+            call_json, _ = encode_value({"args": list(args), "kwargs": kwargs}, cap)
+            channel.send({"type": "tool_call", "name": name, "call": _loads(call_json)})
             reply = channel.receive()
-            refusal = reply.get("error") if isinstance(reply, dict) else "no reply from the host"
-            if refusal is not None:  # the host recorded the refusal itself
-                raise ToolCallRefused(str(refusal))
-            try:
-                value = function(*args, **kwargs)
-            except BaseException as exc:
-                channel.send({"type": "tool_done", "status": status_of(exc), "error": describe_error(exc)})
-                raise
-            value_json, _ = encode_value(value, cap)
-            channel.send({"type": "tool_done", "status": "ok", "error": None}, value_json)
-            return value
+            if not isinstance(reply, dict):
+                raise ToolCallRefused("no reply from the host")
+            if isinstance(reply.get("stdout"), str):
+                sys.stdout.write(reply["stdout"])  # what the tool printed, as if it had run here
+            if reply.get("status") == "ok":
+                return reply.get("value")
+            if reply.get("status") == "refused":
+                raise ToolCallRefused(str(reply.get("error")))
+            raise _tool_exception(str(reply.get("error")))
 
         tool.__name__ = name
-        tool.__doc__ = function.__doc__
         return tool
 
     def _send_result(self, status: str, value: object, error: str | None, output=None) -> None:
@@ -531,14 +545,25 @@ class Worker:
         self.channel.send(message, value_json)
 
 
-def _bind(function: types.FunctionType, args: tuple, kwargs: dict) -> dict:
-    """Arguments by parameter name, as the host's tool-call records show them."""
-    import inspect
+def _positional_parameters(function: types.FunctionType) -> list:
+    """The names a positional argument can bind to, in order (the host binds a code block's calls by them).
+    Read from the code object: importing ``inspect`` would add tens of milliseconds to every episode."""
+    wrapped = getattr(function, "__wrapped__", None)  # functools.wraps: the parameters are the wrapped ones
+    code = (wrapped if isinstance(wrapped, types.FunctionType) else function).__code__
+    return [name for name in code.co_varnames[: code.co_argcount] if type(name) is str]
 
-    try:
-        return dict(inspect.signature(function).bind(*args, **kwargs).arguments)
-    except TypeError:
-        return {**kwargs, "*args": list(args)} if args else dict(kwargs)
+
+def _tool_exception(error: str) -> Exception:
+    """The exception a failed tool call raises in the code: the builtin type its error text names (so that
+    ``except ValueError`` works as if the tool ran here), else a ToolError."""
+    type_name, _, message = error.partition(": ")
+    kind = getattr(builtins, type_name, None)
+    if isinstance(kind, type) and issubclass(kind, Exception):
+        try:
+            return kind(message)
+        except Exception:  # a builtin that takes other arguments (UnicodeDecodeError ...)
+            pass
+    return ToolError(error)
 
 
 class _redirected:

@@ -14,6 +14,9 @@ from dataclasses import dataclass
 from hopgym.errors import DataError
 
 _KEPT_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+MAX_SOURCE_CHARS = 128 * 1024
+"""Longest tool source parsed on the host (ToolHop's stay under 4 KB); parsing costs about 250 bytes of
+host memory per character, so an unbounded source could take gigabytes."""
 
 
 @dataclass(frozen=True)
@@ -48,10 +51,18 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
 
 def read_tool_source(source: str, origin: str = "tool source") -> ToolSource:
     """Filter ``source`` to definitions and read its signatures; ``origin`` names it in errors."""
+    if not isinstance(source, str):
+        raise DataError(f"{origin}: tool code must be a string, got {type(source).__name__}")
+    if len(source) > MAX_SOURCE_CHARS:
+        raise DataError(
+            f"{origin}: tool code is {len(source)} characters long; at most {MAX_SOURCE_CHARS} are parsed"
+        )
     try:
         module = ast.parse(source)
     except SyntaxError as exc:
         raise DataError(f"{origin}: tool code is not valid Python ({exc.msg}, line {exc.lineno})") from exc
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, nesting past the parser's stack
+        raise DataError(f"{origin}: tool code cannot be parsed ({type(exc).__name__}: {exc})") from exc
     lines = source.splitlines()
     spans = [_line_span(node) for node in module.body]
     kept: list[str] = []

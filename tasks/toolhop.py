@@ -12,6 +12,7 @@ from typing import Any
 from hopgym.errors import DataError
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.model import Task
+from hopgym.tasks.tool_schema import check_tool_schema
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
 
@@ -75,6 +76,20 @@ def _offered_tools(
     return tuple(tools), duplicates
 
 
+def _tool_documents(tools: Any, task_id: str) -> list[Mapping[str, Any]]:
+    """The row's tool documents, each with a string name and a parameters schema the host can apply safely
+    (see ``check_tool_schema``); anything else rejects the row."""
+    if not isinstance(tools, Mapping):
+        raise DataError(f"ToolHop row {task_id}: tools must be an object of tool documents")
+    documents = list(tools.values())
+    for document in documents:
+        name = document.get("name") if isinstance(document, Mapping) else None
+        if not isinstance(name, str) or "parameters" not in document:
+            raise DataError(f"ToolHop row {task_id}: a tool document lacks a string name or parameters")
+        check_tool_schema(document["parameters"], f"ToolHop row {task_id}, tool {name!r}")
+    return documents
+
+
 def task_from_row(row: Mapping[str, Any], index: int) -> Task:
     """Build a task from one row; ``index`` is the row's upstream position, used when it has no ``id``."""
     task_id = str(row.get("id", index))
@@ -86,7 +101,7 @@ def task_from_row(row: Mapping[str, Any], index: int) -> Task:
     ]
     sources = tuple(source.code for source in cleaned)
     signatures = {name: params for source in cleaned for name, params in source.signatures.items()}
-    tools, duplicates = _offered_tools(list(row["tools"].values()), signatures)
+    tools, duplicates = _offered_tools(_tool_documents(row["tools"], task_id), signatures)
     try:
         gold_calls = tuple(parse_gold_call(call, signatures) for call in row.get("gold_calls") or ())
     except DataError as exc:
