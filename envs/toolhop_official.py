@@ -105,7 +105,7 @@ class OfficialExecutor:
             return _not_run(name, problem)
         if self._lookup_fails:
             return _not_run(name, "list index out of range")
-        if name not in self._callable:
+        if not isinstance(name, str) or name not in self._callable:
             return _not_run(name, f"name {name!r} is not defined")
         if not isinstance(arguments, dict):
             kind = type(arguments).__name__

@@ -302,3 +302,35 @@ def test_fc_agent_sends_the_official_request_and_the_summary_names_the_protocol(
         summary = json.loads((out / "summary.json").read_text())
         assert summary["protocol"] == "official" and summary["answer_correctness"] == 1.0
         assert "| Protocol | official |" in (out / "summary.md").read_text()
+
+
+@needs_subset
+@pytest.mark.parametrize(
+    "name, arguments",
+    [
+        (["not", "hashable"], "{}"),
+        ({"a": 1}, "{}"),
+        (None, "[" * 100_000),
+        (None, '{"x": ' + "9" * 5000 + "}"),
+    ],
+    ids=["list-name", "dict-name", "deep-nesting", "huge-integer"],
+)
+def test_hostile_names_and_arguments_are_recorded_errors_under_the_official_protocol(
+    sandbox, name, arguments
+) -> None:
+    """The official executor looks names up and parses arguments itself: hostile ones become the
+    official error text on a recorded call, and the episode goes on."""
+    env = ToolHopEnv(data_path=SUBSET, sandbox=sandbox)
+    try:
+        observation, _ = env.reset(options={"index": 0})
+        real = observation["tools"][0]["function"]["name"]
+        hostile = {"id": "c1", "type": "function", "function": {"name": name or real, "arguments": arguments}}
+        _, _, terminated, _, info = env.step(calls_message(hostile))
+        [record] = info["calls"]
+        assert record["status"] in ("tool_hallucination", "invalid_arguments"), record
+        assert record["feedback"].startswith("an error occured when call "), record["feedback"][:200]
+        assert not terminated
+        _, _, terminated, _, info = env.step("The answer is 3.")
+        assert terminated and "correct" in info
+    finally:
+        env.close()
