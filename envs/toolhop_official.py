@@ -112,11 +112,8 @@ class OfficialExecutor:
             return _not_run(
                 name, f"{OFFICIAL_MODULE}.{name}() argument after ** must be a mapping, not {kind}"
             )
-        code = (
-            "import json as hopgym_json\n"
-            f"hopgym_json.dumps({name}(**hopgym_json.loads({json.dumps(arguments)!r})), ensure_ascii=False)"
-        )
-        return _outcome(name, self._sandbox.execute(code, timeout=self._timeout))
+        result = self._sandbox.call(name, arguments, timeout=self._timeout, as_json_text=True)
+        return _outcome(name, result)
 
 
 def _outcome(name: Any, result: CallResult) -> OfficialOutcome:

@@ -67,8 +67,19 @@ class Sandbox(ABC):
         """Start an episode: a fresh namespace (fresh worker) holding the given module sources."""
 
     @abstractmethod
-    def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
-        """Call ``name(**arguments)`` in the current episode namespace."""
+    def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        timeout: float | None = None,
+        *,
+        as_json_text: bool = False,
+    ) -> CallResult:
+        """Call ``name(**arguments)`` in the current episode namespace.
+
+        ``as_json_text``: the value is ``json.dumps(result, ensure_ascii=False)`` made in the worker, and a
+        result that has no JSON text fails with the error ``json.dumps`` raised (as the official ToolHop
+        code reports it)."""
 
     @abstractmethod
     def execute(

@@ -86,9 +86,17 @@ class PooledSandbox(Sandbox):
         self._loaded = True
         return self._load_sources(self._timeout)
 
-    def call(self, name: str, arguments: Mapping[str, Any], timeout: float | None = None) -> CallResult:
+    def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        timeout: float | None = None,
+        *,
+        as_json_text: bool = False,
+    ) -> CallResult:
         self._require_loaded()
-        return self._call(name, dict(arguments), self._timeout if timeout is None else timeout)
+        limit = self._timeout if timeout is None else timeout
+        return self._call(name, dict(arguments), limit, as_json_text)
 
     def execute(
         self, code: str, on_tool_call: ToolCallHook | None = None, timeout: float | None = None
@@ -186,12 +194,16 @@ class PooledSandbox(Sandbox):
         self._replace_worker()
         return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
-    def _call(self, name: str, arguments: dict[str, Any], limit: float) -> CallResult:
+    def _call(
+        self, name: str, arguments: dict[str, Any], limit: float, as_json_text: bool = False
+    ) -> CallResult:
         worker = self._current()
         started = time.monotonic()
         deadline = started + limit
         try:
             request = {"op": "call", "name": name, "arguments": arguments}
+            if as_json_text:
+                request["as_json_text"] = True
             request_id = worker.connection.request(request, deadline)
             message = worker.connection.receive(deadline, request_id)
             if message["type"] != "result":

@@ -481,6 +481,8 @@ class Worker:
         try:
             with _redirected(output):
                 value = function(**arguments)
+            if request.get("as_json_text"):  # the call's value is its JSON text, or the error of making it
+                value = _dumps(value, ensure_ascii=False)
         except BaseException as exc:
             self._send_result(status_of(exc), None, describe_error(exc), output)
             return

@@ -322,3 +322,14 @@ def test_groups_of_other_owners_beside_the_workers_are_left_alone() -> None:
     finally:
         for group in foreign:
             group.rmdir()
+
+
+def test_a_call_can_return_the_json_text_its_worker_made(sandbox: Sandbox) -> None:
+    """The official ToolHop protocol shows the model ``json.dumps(result, ensure_ascii=False)``; a result
+    with no JSON text fails with json's own error, as in the official code."""
+    sandbox.load(["def good():\n    return {'name': 'Zoë', 'n': 1}\n", "def bad():\n    return {1, 2}\n"])
+    good = sandbox.call("good", {}, as_json_text=True)
+    assert (good.status, good.value) == ("ok", '{"name": "Zoë", "n": 1}')
+    bad = sandbox.call("bad", {}, as_json_text=True)
+    assert bad.status == "error" and bad.error == "TypeError: Object of type set is not JSON serializable"
+    assert sandbox.call("bad", {}).value == "{1, 2}"  # without it, the host gets a JSON value (here a repr)
