@@ -81,7 +81,7 @@ def full_kg_query(task: FamilyToolTask, triples: list[tuple[str, str, str]]) -> 
 
 
 class FamilyToolEnv(ChatToolEnv):
-    """One FamilyTool row per episode; see DESIGN.md "Environments (contract)".
+    """One FamilyTool row per episode; see docs/contracts.md "Environments".
 
     ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
     live KG in the prompt) or ``tools`` (bare query plus KG tools run in ``sandbox``). ``kg_path``: the KG

@@ -57,7 +57,7 @@ def _system_prompt(kg_name: str) -> str:
 
 
 class KGToolEnv(ChatToolEnv):
-    """One KG2Tool task per episode; see DESIGN.md "KG2Tool tasks" and "Environments (contract)".
+    """One KG2Tool task per episode; see docs/contracts.md "KG2Tool tasks" and "Environments".
 
     Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
     ``n`` per pattern of ``patterns`` with ``seed``. ``kg_path`` is the KG's data folder (default under
