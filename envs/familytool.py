@@ -200,7 +200,7 @@ class FamilyToolEnv(ChatToolEnv):
 
     def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
         """A call of the final message: validated and recorded, never executed."""
-        _, name, raw_arguments = call_fields(call, call_id)
+        call_id, name, raw_arguments = call_fields(call, call_id)
         check = self._validator.check(name, raw_arguments)
         self._calls_made += 1
         return {
