@@ -32,11 +32,11 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.envs.feedback import check_feedback_mode, validation_text
+from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
 from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
-from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 from hopgym.tasks.kg_tools import generate_kg_tools
 
 KG_MODES = ("gold", "none", "full", "tools")

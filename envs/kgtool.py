@@ -29,12 +29,12 @@ from hopgym.envs.chat import (
     tool_message,
 )
 from hopgym.envs.feedback import check_feedback_mode
+from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
-from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
 DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}
