@@ -185,6 +185,7 @@ class FamilyToolEnv(ChatToolEnv):
             records = [
                 self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids, strict=True)
             ]
+            assert self._task is not None
             self._done = True
             metrics = self._metrics(calls)
             info = self._info(records)

@@ -89,8 +89,8 @@ class KGToolEnv(ChatToolEnv):
         self.n_distractors = n_distractors
         self._seed = seed
         self._call_timeout = call_timeout
-        self._source_args = (kg, kg_path)
-        self.source = load_kg_source(kg, kg_path)
+        self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
+        self.source = load_kg_source(*self._source_args)
         self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
@@ -168,6 +168,7 @@ class KGToolEnv(ChatToolEnv):
         self._turns += 1
         calls = message.get("tool_calls", [])
         if not calls:
+            assert self._task is not None
             self._done = True
             score = score_answer(
                 message["content"], self._task.answers, self.source.label, self.source.resolve
