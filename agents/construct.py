@@ -12,6 +12,7 @@ attempt.
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -64,7 +65,7 @@ def _hop_order(row: Mapping[str, Any]) -> list[tuple[str, str]]:
     ``sub_task`` keys may be sorted (the subset's are), but ``functions`` follow the hops, and
     ``tools`` maps each sub-question to the document whose name its function defines.
     """
-    position = {}
+    position: dict[str, int] = {}
     for index, source in enumerate(row["functions"]):
         for name in read_tool_source(source).signatures:
             position.setdefault(name, index)
@@ -115,8 +116,8 @@ def read_query_rows(path: Path, limit: int | None = None) -> list[QueryRow]:
     if not rows:
         raise DataError(f"{path} holds no construction rows")
     parsed = [query_row(row, index) for index, row in enumerate(rows)]
-    seen: set[str] = set()
-    repeated = sorted({row.id for row in parsed if row.id in seen or seen.add(row.id)})
+    counts = collections.Counter(row.id for row in parsed)
+    repeated = sorted(row_id for row_id, count in counts.items() if count > 1)
     if repeated:
         raise DataError(
             f"{path}: row ids must be distinct (a resumed run tells rows apart by id): {repeated}"

@@ -16,6 +16,7 @@ sub-KG the tool-use model saw (``kg_subkg``) and the parsed calls (``kg_calls``)
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -133,16 +134,22 @@ class KGEToolAgent(Agent):
             extraction_messages(query, kg.relations()), stop=EXTRACTION_STOP, client=self.kg_client
         )
         response = reply_text(reply.message)
-        arguments = (response, kg, self.extraction_mode)
-        options = {"reading": self.reading, "retriever": self.retriever, "top_k": self.top_k}
-        if self.retriever is None:
-            self.extraction = extract(*arguments, **options)
-        else:  # embedding a made-up relation is CPU work: keep the event loop free for other episodes
-            self.extraction = await asyncio.to_thread(extract, *arguments, **options)
+        run = functools.partial(
+            extract,
+            response,
+            kg,
+            self.extraction_mode,
+            reading=self.reading,
+            retriever=self.retriever,
+            top_k=self.top_k,
+        )
+        # Embedding a made-up relation is CPU work: keep the event loop free for other episodes.
+        extraction = run() if self.retriever is None else await asyncio.to_thread(run)
+        self.extraction = extraction
         self._query_index, self._query = index, query
         self.stats.kg_response = response
-        self.stats.kg_subkg = self.extraction.text
+        self.stats.kg_subkg = extraction.text
         self.stats.kg_calls = [
             {"start": call.start, "path": list(call.path) if call.path is not None else None}
-            for call in self.extraction.calls
+            for call in extraction.calls
         ]

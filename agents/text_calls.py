@@ -20,7 +20,8 @@ _call_ids = count()
 def _json_values(text: str) -> list[Any]:
     """Every top-level JSON object or array found in ``text``, in order."""
     decoder = json.JSONDecoder()
-    values, position = [], 0
+    values: list[Any] = []
+    position = 0
     while True:
         starts = [i for i in (text.find("{", position), text.find("[", position)) if i >= 0]
         if not starts:

@@ -32,11 +32,11 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.envs.feedback import check_feedback_mode, validation_text
+from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
 from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
-from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 from hopgym.tasks.kg_tools import generate_kg_tools
 
 KG_MODES = ("gold", "none", "full", "tools")
@@ -81,7 +81,7 @@ def full_kg_query(task: FamilyToolTask, triples: list[tuple[str, str, str]]) -> 
 
 
 class FamilyToolEnv(ChatToolEnv):
-    """One FamilyTool row per episode; see DESIGN.md "Environments (contract)".
+    """One FamilyTool row per episode; see docs/contracts.md "Environments".
 
     ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
     live KG in the prompt) or ``tools`` (bare query plus KG tools run in ``sandbox``). ``kg_path``: the KG
@@ -185,6 +185,7 @@ class FamilyToolEnv(ChatToolEnv):
             records = [
                 self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids, strict=True)
             ]
+            assert self._task is not None
             self._done = True
             metrics = self._metrics(calls)
             info = self._info(records)
@@ -200,7 +201,7 @@ class FamilyToolEnv(ChatToolEnv):
 
     def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
         """A call of the final message: validated and recorded, never executed."""
-        _, name, raw_arguments = call_fields(call, call_id)
+        call_id, name, raw_arguments = call_fields(call, call_id)
         check = self._validator.check(name, raw_arguments)
         self._calls_made += 1
         return {

@@ -43,7 +43,8 @@ def predicted_calls(tool_calls: Sequence[Any]) -> list[dict[str, Any]]:
     for call in tool_calls:
         if not isinstance(call, Mapping):
             return []
-        function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+        inner = call.get("function")
+        function: Mapping[str, Any] = inner if isinstance(inner, Mapping) else call
         name = function.get("name")
         arguments, problem = parse_arguments(function.get("arguments"))
         if not isinstance(name, str) or problem is not None or "parameters" in function:

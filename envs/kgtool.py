@@ -29,12 +29,12 @@ from hopgym.envs.chat import (
     tool_message,
 )
 from hopgym.envs.feedback import check_feedback_mode
+from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
-from hopgym.tasks.kg_tool_runtime import KGToolRuntime
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
 DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}
@@ -57,7 +57,7 @@ def _system_prompt(kg_name: str) -> str:
 
 
 class KGToolEnv(ChatToolEnv):
-    """One KG2Tool task per episode; see DESIGN.md "KG2Tool tasks" and "Environments (contract)".
+    """One KG2Tool task per episode; see docs/contracts.md "KG2Tool tasks" and "Environments".
 
     Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
     ``n`` per pattern of ``patterns`` with ``seed``. ``kg_path`` is the KG's data folder (default under
@@ -89,8 +89,8 @@ class KGToolEnv(ChatToolEnv):
         self.n_distractors = n_distractors
         self._seed = seed
         self._call_timeout = call_timeout
-        self._source_args = (kg, kg_path)
-        self.source = load_kg_source(kg, kg_path)
+        self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
+        self.source = load_kg_source(*self._source_args)
         self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
@@ -168,6 +168,7 @@ class KGToolEnv(ChatToolEnv):
         self._turns += 1
         calls = message.get("tool_calls", [])
         if not calls:
+            assert self._task is not None
             self._done = True
             score = score_answer(
                 message["content"], self._task.answers, self.source.label, self.source.resolve

@@ -35,7 +35,7 @@ PROTOCOLS = ("official", "hopgym")
 
 
 class ToolHopEnv(ChatToolEnv):
-    """One ToolHop query per episode; see DESIGN.md "Environments (contract)" for the full contract.
+    """One ToolHop query per episode; see docs/contracts.md "Environments" for the full contract.
 
     ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
     ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.

@@ -1,6 +1,6 @@
 """Validating one tool call against the offered tools before it runs, and naming what is wrong.
 
-Statuses are ordered as in DESIGN.md; a call's ``status`` is the first that applies and ``errors``
+Statuses are ordered as in docs/contracts.md; a call's ``status`` is the first that applies and ``errors``
 lists every one that applies: tool_hallucination, invalid_arguments (unparseable JSON),
 parameter_hallucination, parameter_missing, invalid_arguments (wrong type or enum value).
 

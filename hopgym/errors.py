@@ -63,3 +63,7 @@ class ModelError(HopgymError):
 
 class KGError(HopgymError, LookupError):
     """A knowledge-graph lookup or update named an entity, relation or triple the graph does not hold."""
+
+
+class ContractError(HopgymError, AssertionError):
+    """An env breaks a rule of docs/contracts.md (raised by ``hopgym.envs.env_checker.check_chat_env``)."""

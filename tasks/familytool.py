@@ -9,10 +9,10 @@ speaker name, tool documents whose ``properties`` is a list) and exposes what th
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Literal
 
 from hopgym.errors import ConfigError, DataError
@@ -90,7 +90,7 @@ class FamilyToolTask:
         return tuple(e for e in self.gold_entities if e in self.gold_call_text)
 
 
-def load_familytool(variant: str, data_path: str | Path | None = None) -> list[FamilyToolTask]:
+def load_familytool(variant: str, data_path: str | os.PathLike[str] | None = None) -> list[FamilyToolTask]:
     """All rows of familytool-{variant}.jsonl; ``data_path`` defaults to ``$HOPGYM_DATA/familytool/``."""
     _check_variant(variant)
     path = resolve_data_file(data_path, DATA_FOLDER, f"familytool-{variant}.jsonl")
@@ -109,7 +109,7 @@ def load_familytool(variant: str, data_path: str | Path | None = None) -> list[F
     return tasks
 
 
-def load_family_kg(variant: str, path: str | Path | None = None) -> KnowledgeGraph:
+def load_family_kg(variant: str, path: str | os.PathLike[str] | None = None) -> KnowledgeGraph:
     """familykg-{variant}.txt as a KnowledgeGraph; ``path`` defaults to ``$HOPGYM_DATA/familytool/``."""
     _check_variant(variant)
     return KnowledgeGraph.from_file(resolve_data_file(path, DATA_FOLDER, f"familykg-{variant}.txt"))

@@ -1,6 +1,6 @@
 """First-order-logic queries over a KG: the 14 BetaE patterns as JSON trees, and their executor.
 
-A tree node is one of (DESIGN.md, "KG2Tool tasks"):
+A tree node is one of (docs/contracts.md, "KG2Tool tasks"):
 ``{"op": "e", "entity": ID}`` an anchor; ``{"op": "p", "relation": REL, "arg": T}`` the projection of the
 set T along REL (``"inverse": true`` goes tail -> head); ``{"op": "i", "args": [...]}`` intersection;
 ``{"op": "u", "args": [...]}`` union; ``{"op": "n", "arg": T}`` complement, only as an argument of an

@@ -132,11 +132,12 @@ class _Grounder:
             None if arg["op"] == "n" else self.ground(arg, target, None) for arg in node["args"]
         ]
         positives = [arg for arg, spec in zip(args, node["args"], strict=True) if spec["op"] != "n"]
-        if None in positives:
+        grounded = [arg for arg in positives if arg is not None]
+        if len(grounded) < len(positives):
             return None
         negated = [k for k, spec in enumerate(node["args"]) if spec["op"] == "n"]
         if negated:
-            members = set.intersection(*(evaluate_ids(arg, self.kg) for arg in positives))
+            members = set.intersection(*(evaluate_ids(arg, self.kg) for arg in grounded))
             others = sorted(members - {target})
             for k in negated:
                 args[k] = self._ground_negation(node["args"][k]["arg"], target, others)

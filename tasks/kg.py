@@ -229,7 +229,7 @@ class KnowledgeGraph:
         failed_hop = None
         for hop, relation in enumerate(path):
             r = self._relation_ids.get(relation)
-            edges = []
+            edges: list[tuple[int, int, int]] = []
             if r is not None:
                 for h in frontier:
                     tails = self._out.get(h, {}).get(r, [])

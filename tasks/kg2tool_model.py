@@ -1,4 +1,4 @@
-"""KG2Tool task records: the JSONL task file format of DESIGN.md ("KG2Tool tasks"), read and written.
+"""KG2Tool task records: the JSONL task file format of docs/contracts.md ("KG2Tool tasks"), read and written.
 
 One task per line with ``id``, ``kg``, ``pattern``, ``fol``, ``query``, ``answers`` (sorted entity ids) and
 ``solution`` (the ordered tool calls ``{"name", "arguments", "result"}``; each also carries the ``goal``

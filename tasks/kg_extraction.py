@@ -324,7 +324,7 @@ def _walks(kg: KnowledgeGraph, start: str, hops: Sequence[Sequence[str] | None])
     the hop is None), following every tail; only walks that reach the end are returned."""
     walks: list[tuple[Triple, ...]] = [()]
     for hop in hops:
-        extended = []
+        extended: list[tuple[Triple, ...]] = []
         for walk in walks:
             node = walk[-1][2] if walk else start
             if not kg.has_entity(node):

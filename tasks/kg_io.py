@@ -65,7 +65,7 @@ def read_triples_file(path: str | Path) -> list[Triple]:
     return triples
 
 
-def resolve_data_file(explicit: str | Path | None, folder: str, filename: str) -> Path:
+def resolve_data_file(explicit: str | os.PathLike[str] | None, folder: str, filename: str) -> Path:
     """The explicit path when given, else ``$HOPGYM_DATA/<folder>/<filename>``; it must exist."""
     if explicit is not None:
         path = Path(explicit)

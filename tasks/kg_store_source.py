@@ -2,7 +2,7 @@
 
 This file is sent to the worker as source text (the worker never imports hopgym), so it uses the standard
 library only and defines names without a leading underscore (RestrictedPython refuses those). The host
-runtime (``kg_tool_runtime``) sends it, then one ``KG.load(...)`` statement carrying the graph as JSON,
+runtime (envs/kg_tool_runtime.py) sends it, then one ``KG.load(...)`` statement carrying the graph as JSON,
 then the generated tool functions, which call the ``KG`` methods below. Neighbour lists keep the order the
 triples were given in, so "the first tail of a relation" means the same here as in ``KnowledgeGraph``.
 """

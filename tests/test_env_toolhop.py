@@ -1,4 +1,4 @@
-"""ToolHop-v0 under protocol="hopgym" end to end: real subset, real sandbox, the DESIGN.md contract.
+"""ToolHop-v0 under protocol="hopgym" end to end: real subset, real sandbox, the docs/contracts.md contract.
 
 The official protocol (the default) has its own tests: tests/test_env_toolhop_official.py and the
 parity suite tests/test_toolhop_parity.py.

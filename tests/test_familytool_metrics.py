@@ -1,4 +1,4 @@
-"""FamilyTool metric arithmetic on hand-computed cases (rules from data/familytool/METRICS.md)."""
+"""FamilyTool metric arithmetic on hand-computed cases (rules from docs/familytool-metrics.md)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Running generated KG tools in the sandbox against a live ``KnowledgeGraph``.
 
-An episode's sources are the in-sandbox store (``kg_store_source.py``), one statement loading a snapshot of
+An episode's sources are the in-sandbox store (tasks/kg_store_source.py), a statement loading a snapshot of
 the graph, and the generated tool functions. The graph may change while it is used (FamilyTool's inductive
 setting): before each call the runtime compares the graph's version counter with the one it shipped and,
 when they differ, loads the episode again with a fresh snapshot, so the next call sees the new triples.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from pathlib import Path
+from importlib.resources import files
 from typing import Any
 
 from hopgym.errors import SandboxError
@@ -22,7 +22,7 @@ from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg_io import Triple
 from hopgym.tasks.kg_tools import GeneratedTool, module_source
 
-STORE_SOURCE_FILE = Path(__file__).with_name("kg_store_source.py")
+STORE_SOURCE_FILE = files("hopgym.tasks").joinpath("kg_store_source.py")
 
 
 def store_source() -> str:

@@ -1,0 +1,206 @@
+"""``check_chat_env``: the hopgym env contract (docs/contracts.md) as a check, in the style of Gymnasium's
+``check_env``, which checks the Gymnasium API but not what hopgym's agents, runner and summaries read.
+
+It runs one short episode (a hallucinated tool and unparseable arguments, then a final answer) and raises
+:class:`~hopgym.errors.ContractError` naming the rule an observation, ``info`` or call record breaks.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+
+from hopgym.errors import ConfigError, ContractError, HopgymError
+
+INFO_KEYS = ("task_id", "hops", "feedback", "isolation", "tool_choice", "turn", "num_calls", "calls")
+"""Keys every ``reset`` and ``step`` info holds."""
+TERMINAL_INFO_KEYS = ("correct", "answer")
+RECORDED_INFO_KEYS = ("task_id", "hops", "isolation", "calls", "correct", "answer", "metrics")
+"""Info keys that reach episode records (episodes.jsonl), so they must be JSON data."""
+CALL_RECORD_KEYS = ("id", "name", "arguments", "status", "errors", "feedback", "latency_ms", "truncated")
+CALL_STATUSES = (
+    "ok",
+    "tool_hallucination",
+    "parameter_hallucination",
+    "parameter_missing",
+    "invalid_arguments",
+    "tool_error",
+    "timeout",
+    "resource_limit",
+)
+TOOL_CHOICES = ("required", "auto", "none", None)
+UNKNOWN_TOOL = "check_chat_env_unknown_tool"
+FINAL_ANSWER = "check_chat_env final answer"
+
+Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+
+
+def _require(condition: bool, rule: str, detail: str) -> None:
+    if not condition:
+        raise ContractError(f"{rule}: {detail} (docs/contracts.md)")
+
+
+def _is_json(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
+def check_observation(env: gym.Env, observation: Any, where: str) -> None:
+    """Observation rule: ``{"messages", "tools"}`` in the env's space, plain JSON data."""
+    rule = f"observation ({where})"
+    _require(isinstance(observation, Mapping), rule, f"must be a dict, got {type(observation).__name__}")
+    _require(
+        set(observation) == {"messages", "tools"}, rule, f"keys must be messages, tools: {set(observation)}"
+    )
+    _require(env.observation_space.contains(observation), rule, "not in the env's ChatObservationSpace")
+    _require(_is_json(observation), rule, "must be JSON-serialisable (plain chat messages and tool schemas)")
+
+
+def check_info(info: Any, where: str) -> None:
+    """Info rule: the keys every step reports, JSON data where episode records copy them."""
+    rule = f"info keys ({where})"
+    _require(isinstance(info, Mapping), rule, f"info must be a dict, got {type(info).__name__}")
+    missing = [key for key in INFO_KEYS if key not in info]
+    _require(not missing, rule, f"missing {missing}; every reset and step info holds {list(INFO_KEYS)}")
+    _require(isinstance(info["calls"], list), rule, "calls must be a list of call records")
+    _require(
+        info["tool_choice"] in TOOL_CHOICES,
+        rule,
+        f"tool_choice {info['tool_choice']!r} not in {TOOL_CHOICES}",
+    )
+    for key in RECORDED_INFO_KEYS:
+        _require(key not in info or _is_json(info[key]), rule, f"{key} reaches episode records: must be JSON")
+
+
+def check_call_record(record: Any, where: str) -> None:
+    """Call-record rule: the keys, a known status, and ``status`` the first of ``errors`` (else ``ok``)."""
+    rule = f"call record ({where})"
+    _require(isinstance(record, Mapping), rule, f"must be a dict, got {type(record).__name__}")
+    missing = [key for key in CALL_RECORD_KEYS if key not in record]
+    _require(not missing, rule, f"missing {missing}; a call record holds {list(CALL_RECORD_KEYS)}")
+    status, errors = record["status"], record["errors"]
+    _require(status in CALL_STATUSES, rule, f"status {status!r} is not one of {list(CALL_STATUSES)}")
+    _require(
+        isinstance(errors, list) and all(e in CALL_STATUSES[1:] for e in errors),
+        rule,
+        f"errors must list failure statuses, got {errors!r}",
+    )
+    _require(status == (errors[0] if errors else "ok"), rule, f"status {status!r} must be errors[0] or ok")
+    _require(isinstance(record["feedback"], str), rule, "feedback must be the text the agent sees")
+    _require(isinstance(record["truncated"], bool), rule, "truncated must be a bool")
+    _require(isinstance(record["latency_ms"], (int, float)), rule, "latency_ms must be a number")
+
+
+def check_step(
+    env: gym.Env, result: Any, calls_sent: list[dict[str, Any]], before: Mapping[str, Any]
+) -> Step:
+    """Step rule: the 5-tuple, one record per call sent (same ids), counters advanced, terminal keys."""
+    _require(isinstance(result, tuple) and len(result) == 5, "step result", "must be a 5-tuple")
+    observation, reward, terminated, truncated, info = result
+    where = f"step {info.get('turn') if isinstance(info, Mapping) else '?'}"
+    check_observation(env, observation, where)
+    check_info(info, where)
+    _require(
+        isinstance(reward, float) and 0.0 <= reward <= 1.0, "reward", f"must be a float in [0, 1]: {reward!r}"
+    )
+    _require(
+        isinstance(terminated, bool) and isinstance(truncated, bool), "step result", "flags must be bools"
+    )
+    records = info["calls"]
+    _require(
+        len(records) == len(calls_sent),
+        "call records",
+        f"{len(calls_sent)} calls sent, {len(records)} recorded",
+    )
+    for record, call in zip(records, calls_sent, strict=True):
+        check_call_record(record, where)
+        _require(
+            record["id"] == call["id"],
+            "call records",
+            f"id {record['id']!r} is not the call's {call['id']!r}",
+        )
+    _require(info["turn"] == before["turn"] + 1, "info keys", f"turn must count steps: {info['turn']!r}")
+    _require(
+        info["num_calls"] == before["num_calls"] + len(calls_sent),
+        "info keys",
+        f"num_calls must count calls: {before['num_calls']} + {len(calls_sent)} != {info['num_calls']}",
+    )
+    if terminated:
+        missing = [key for key in TERMINAL_INFO_KEYS if key not in info]
+        _require(not missing, "terminal info keys", f"missing {missing}")
+        _require(isinstance(info["correct"], bool), "terminal info keys", "correct must be a bool")
+    elif records:
+        shown = observation["messages"][-len(records) :]
+        for record, message in zip(records, shown, strict=True):
+            _require(
+                message.get("role") == "tool" and message.get("tool_call_id") == record["id"],
+                "tool messages",
+                f"each executed-turn record needs its tool message; got {message.get('role')!r}",
+            )
+            _require(
+                message["content"] == record["feedback"], "tool messages", "content must be the feedback"
+            )
+    return observation, reward, terminated, truncated, info
+
+
+def _probe_calls(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Two calls every env must refuse and record: an unknown tool, and unparseable arguments."""
+    first = tools[0]["function"]["name"]
+    return [
+        {"id": "check_1", "type": "function", "function": {"name": UNKNOWN_TOOL, "arguments": "{}"}},
+        {"id": "check_2", "type": "function", "function": {"name": first, "arguments": "{not json"}},
+    ]
+
+
+def check_reset(env: gym.Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Reset rule: ``options={"index"}`` and ``{"task_id"}`` name the same task; unknown options raise."""
+    observation, info = env.reset(options={"index": 0})
+    check_observation(env, observation, "reset")
+    check_info(info, "reset")
+    _require(info["calls"] == [] and info["turn"] == 0, "info keys (reset)", "a reset has no calls, turn 0")
+    try:
+        env.reset(options={"check_chat_env": 0})
+    except ConfigError:
+        pass
+    else:
+        raise ContractError("reset options: an unknown option must raise ConfigError (docs/contracts.md)")
+    observation, again = env.reset(options={"task_id": info["task_id"]})
+    _require(again["task_id"] == info["task_id"], "reset options", "task_id must name the task index named")
+    return observation, again
+
+
+def check_chat_env(env: gym.Env) -> None:
+    """Raise :class:`ContractError` unless one short episode of ``env`` keeps docs/contracts.md.
+
+    Refused calls (an unknown tool, bad JSON) get records with their statuses, a final answer ends the
+    episode with ``correct``/``answer``, earlier observations stay unchanged, and a step after the end raises.
+    """
+    observation, info = check_reset(env)
+    kept, kept_copy = observation, copy.deepcopy(observation)
+    calls = _probe_calls(observation["tools"]) if observation["tools"] else []
+    action: Any = {"role": "assistant", "content": None, "tool_calls": calls} if calls else FINAL_ANSWER
+    _, _, terminated, truncated, info = check_step(env, env.step(action), calls, info)
+    if calls:
+        errors = [record["errors"] for record in info["calls"]]
+        _require(
+            "tool_hallucination" in errors[0] and "invalid_arguments" in errors[1],
+            "call statuses",
+            f"an unknown tool and unparseable arguments are tool_hallucination, invalid_arguments: {errors}",
+        )
+    if not (terminated or truncated):
+        _, _, terminated, truncated, info = check_step(env, env.step(FINAL_ANSWER), [], info)
+        _require(terminated, "termination", "an assistant message without tool calls must end the episode")
+    _require(kept == kept_copy, "observation", "an observation returned earlier changed during the episode")
+    try:
+        env.step(FINAL_ANSWER)
+    except HopgymError:
+        pass
+    else:
+        raise ContractError("termination: step() after the episode ended must raise (docs/contracts.md)")
