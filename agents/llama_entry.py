@@ -47,7 +47,7 @@ def render_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping
     """The ChatML prompt; the tools are appended to the system turn (one is added when there is none)."""
     messages = list(messages)
     if tools:
-        signatures = "\n".join(json.dumps(tool, ensure_ascii=False) for tool in tools)
+        signatures = "\n".join(_compact(tool.get("function", tool)) for tool in tools)
         listing = TOOLS_PREAMBLE.format(tools=signatures)
         if messages and messages[0].get("role") == "system":
             messages[0] = {"role": "system", "content": f"{messages[0].get('content') or ''}\n\n{listing}"}
@@ -76,6 +76,11 @@ def render_prompt(messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping
             body += f"{chr(10) if body else ''}<tool_call>\n{call_json}\n</tool_call>"
         parts.append(f"<|im_start|>{role}\n{body}{END}\n")
     return "".join(parts) + "<|im_start|>assistant\n"
+
+
+def _compact(value: Any) -> str:
+    """JSON without optional spaces: ToolHop's tool documents are long, and every prompt token costs."""
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _text(content: Any) -> str:
