@@ -100,14 +100,14 @@ def test_eval_runs_the_local_model_on_real_tasks(agent: str, tmp_path: Path) -> 
     require_local_model()
     out = tmp_path / agent
     code = main([
-        "eval", "--model", "local", "--agent", agent, "--limit", "2", "--max-tokens", "64",
+        "eval", "--model", "local", "--agent", agent, "--limit", "1", "--max-tokens", "64",
         "--env-arg", "max_turns=2", "--out", str(out), "--no-progress",
         *(["--agent-arg", "max_parse_retries=1"] if agent == "react" else []),
         *(["--agent-arg", "tool_choice=required"] if agent == "fc" else []),
     ])  # fmt: skip
     assert code == 0
     records = read_episodes(out / "episodes.jsonl")
-    tasks = load_toolhop()[:2]
+    tasks = load_toolhop()[:1]
     assert sorted(r["task_id"] for r in records) == sorted(task.id for task in tasks)
     for record in records:
         assert record["error"] is None, record["error"]
@@ -116,11 +116,12 @@ def test_eval_runs_the_local_model_on_real_tasks(agent: str, tmp_path: Path) -> 
         assert record["isolation"]
         assert all(call["status"] in STATUSES for call in record["calls"])
         if agent == "fc":  # the grammar: the first call names an offered tool, with a JSON object
-            offered = {tool.name for tool in next(t for t in tasks if t.id == record["task_id"]).tools}
+            task = next(t for t in tasks if t.id == record["task_id"])
+            offered = {tool["function"]["name"] for tool in task.tools}
             first = record["calls"][0]
             assert first["name"] in offered and isinstance(first["arguments"], dict)
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["episodes"] == 2 and summary["errors"] == 0
+    assert summary["episodes"] == 1 and summary["errors"] == 0
     assert json.loads((out / "run.json").read_text())["agent"] == agent
     assert "| Answer correctness |" in (out / "summary.md").read_text()
 
@@ -158,3 +159,35 @@ def test_a_server_killed_mid_run_is_named_in_the_episode_errors_and_the_run_goes
         assert "the model server crashed: llama-cpp-server killed by signal SIGKILL" in record["error"]
         assert "gave up" not in record["error"]
     assert "llama-cpp-server killed by signal SIGKILL" in caplog.text
+
+
+def test_the_prompt_lists_the_tools_without_a_system_message_and_grows_by_appending() -> None:
+    """The official ToolHop prompts have no system message: the tools still reach the model. Each turn's
+    prompt extends the previous one, which is what lets llama.cpp reuse its KV cache across turns."""
+    require_local_model()
+    from hopgym.agents.llama_entry import parse_reply, render_prompt
+
+    call = {
+        "id": "1",
+        "type": "function",
+        "function": {"name": "get_weather", "arguments": '{"city": "Rome"}'},
+    }
+    turns = [
+        QUESTION,
+        [*QUESTION, {"role": "assistant", "content": "", "tool_calls": [call]}],
+        [
+            *QUESTION,
+            {"role": "assistant", "content": "", "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "1", "content": "sunny"},
+        ],
+    ]
+    prompts = [render_prompt(messages, WEATHER).removesuffix("<|im_start|>assistant\n") for messages in turns]
+    assert prompts[0].startswith("<|im_start|>system\n# Tools") and '"name":"get_weather"' in prompts[0]
+    assert prompts[1].startswith(prompts[0]) and prompts[2].startswith(prompts[1])
+    assert '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>' in prompts[1]
+    assert prompts[2].endswith("<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>\n")
+    [parsed] = parse_reply(
+        '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Rome"}}\n</tool_call>'
+    )[1]
+    assert parsed["function"] == {"name": "get_weather", "arguments": '{"city": "Rome"}'}
+    assert parse_reply("It is sunny.") == ("It is sunny.", [])
