@@ -22,9 +22,10 @@ import json
 import sys
 import time
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+import llama_cpp
 from llama_cpp import llama_chat_format, llama_grammar
 from llama_cpp.server.__main__ import main
 
@@ -89,9 +90,15 @@ def _text(content: Any) -> str:
     return content or ""
 
 
-def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> str | None:
+def tool_call_grammar(
+    tools: Sequence[Mapping[str, Any]], tool_choice: Any, parses: Callable[[str], bool]
+) -> str | None:
     """GBNF for one reply: a ``<tool_call>`` whose name is an offered tool and whose arguments follow its
-    schema; ``auto`` (or no choice) also allows plain text, ``none`` or no tools leave the reply free."""
+    schema; ``auto`` (or no choice) also allows plain text, ``none`` or no tools leave the reply free.
+
+    ``parses`` says whether llama.cpp accepts a grammar: a tool whose schema it cannot express (the
+    converter writes invalid GBNF for some ``pattern`` values) gets arguments held only to a JSON object.
+    """
     if not tools or tool_choice == "none":
         return None
     if isinstance(tool_choice, Mapping):
@@ -99,34 +106,67 @@ def tool_call_grammar(tools: Sequence[Mapping[str, Any]], tool_choice: Any) -> s
         tools = [tool for tool in tools if tool["function"]["name"] == wanted]
         if not tools:
             raise ValueError(f"tool_choice names {wanted!r}, which is not among the offered tools")
-    calls = [_call_schema(tool["function"]) for tool in tools]
-    grammar = llama_grammar.json_schema_to_gbnf(json.dumps({"anyOf": calls} if len(calls) > 1 else calls[0]))
-    grammar = grammar.replace("root ::= ", "hopgym-call ::= ", 1)
-    call = r'"<tool_call>\n" hopgym-call "\n</tool_call>"'
+    calls = [_call_schema(tool["function"], parses) for tool in tools]
+    grammar = _call_rules({"anyOf": calls} if len(calls) > 1 else calls[0])
     if tool_choice in (None, "auto"):
-        return f"root ::= {call} | hopgym-text\nhopgym-text ::= [^<] [^<]*\n{grammar}"
-    return f"root ::= {call}\n{grammar}"
+        grammar = f"root ::= {_CALL} | hopgym-text\nhopgym-text ::= [^<] [^<]*\n{grammar}"
+    else:
+        grammar = f"root ::= {_CALL}\n{grammar}"
+    if not parses(grammar):
+        raise ValueError("the tool-call grammar does not parse; see the server log")
+    return grammar
 
 
-def _call_schema(function: Mapping[str, Any]) -> dict[str, Any]:
+_CALL = r'"<tool_call>\n" hopgym-call "\n</tool_call>"'
+
+
+def _call_rules(schema: Mapping[str, Any]) -> str:
+    """GBNF rules for one call, its top rule named ``hopgym-call``."""
+    return llama_grammar.json_schema_to_gbnf(json.dumps(schema)).replace("root ::= ", "hopgym-call ::= ", 1)
+
+
+def _call_schema(function: Mapping[str, Any], parses: Callable[[str], bool]) -> dict[str, Any]:
     """The JSON schema of one call of ``function``; arguments without a usable schema are any object."""
-    parameters = function.get("parameters")
-    if not isinstance(parameters, Mapping) or not _converts(parameters):
-        parameters = {"type": "object"}
+    key = _compact(function)
+    if key not in _CALL_SCHEMAS:
+        schema = _named_call(function["name"], function.get("parameters"))
+        try:
+            usable = parses(f"root ::= {_CALL}\n{_call_rules(schema)}")
+        except Exception:  # the converter raises anything on schemas it cannot express
+            usable = False
+        if not usable:
+            print(f"hopgym-tools: {function['name']}: arguments held only to a JSON object", file=sys.stderr)
+            schema = _named_call(function["name"], {"type": "object"})
+        _CALL_SCHEMAS[key] = schema
+    return _CALL_SCHEMAS[key]
+
+
+_CALL_SCHEMAS: dict[str, dict[str, Any]] = {}
+"""Call schemas by tool document: every turn of an episode offers the same tools."""
+
+
+def _named_call(name: str, parameters: Any) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"name": {"const": function["name"]}, "arguments": parameters},
+        "properties": {
+            "name": {"const": name},
+            "arguments": parameters if isinstance(parameters, Mapping) else {"type": "object"},
+        },
         "required": ["name", "arguments"],
     }
 
 
-def _converts(schema: Mapping[str, Any]) -> bool:
-    try:
-        llama_grammar.json_schema_to_gbnf(json.dumps(schema))
-    except Exception as exc:  # the converter raises anything on schemas it cannot express
-        print(f"hopgym-tools: arguments left unconstrained (no grammar for them): {exc}", file=sys.stderr)
-        return False
-    return True
+def grammar_parser(llama: Any) -> Callable[[str], bool]:
+    """Whether llama.cpp accepts a grammar for this model (it crashes on one it rejects mid-request)."""
+
+    def parses(rules: str) -> bool:
+        sampler = llama_cpp.llama_sampler_init_grammar(llama._model.vocab, rules.encode(), b"root")
+        if not sampler:
+            return False
+        llama_cpp.llama_sampler_free(sampler)
+        return True
+
+    return parses
 
 
 def parse_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
@@ -163,7 +203,7 @@ def hopgym_tools(
     if stream:
         raise ValueError(f"the {CHAT_FORMAT} chat format does not stream; send stream=false")
     tools = list(tools or ())
-    rules = tool_call_grammar(tools, tool_choice)
+    rules = tool_call_grammar(tools, tool_choice, grammar_parser(llama))
     if rules is not None:
         grammar = llama_grammar.LlamaGrammar.from_string(rules, verbose=False)
     elif response_format is not None and grammar is None:

@@ -147,7 +147,7 @@ def test_a_server_killed_mid_run_is_named_in_the_episode_errors_and_the_run_goes
                 local_model_string(), api_base=running.api_base, api_key="sk", max_tokens=32, timeout=600,
                 server_failure=running.failure,
             ),
-            env_kwargs={"max_turns": 1},
+            env_kwargs={"scenario": "direct", "max_turns": 1},  # short prompts: the crash is the point
             concurrency=1,
             limit=3,
             progress=False,
@@ -191,3 +191,34 @@ def test_the_prompt_lists_the_tools_without_a_system_message_and_grows_by_append
     )[1]
     assert parsed["function"] == {"name": "get_weather", "arguments": '{"city": "Rome"}'}
     assert parse_reply("It is sunny.") == ("It is sunny.", [])
+
+
+def test_a_schema_the_grammar_cannot_express_leaves_only_those_arguments_free(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """llama.cpp's schema converter writes GBNF that llama.cpp rejects for some patterns (a FamilyTool
+    tool has one), and the server crashed on it: such a tool's arguments are held only to a JSON object,
+    the other tools keep their schemas, and the grammar parses."""
+    require_local_model()
+    import llama_cpp
+
+    from hopgym.agents.llama_entry import grammar_parser, tool_call_grammar
+    from hopgym.agents.local_server import find_local_model
+
+    dated = {
+        "type": "function",
+        "function": {
+            "name": "set_date",
+            "parameters": {
+                "type": "object",
+                "properties": {"day": {"type": "string", "pattern": r"^\d{4}-\d\d$"}},
+            },
+        },
+    }
+    llama = llama_cpp.Llama(str(find_local_model()), n_ctx=64, verbose=False)
+    parses = grammar_parser(llama)
+    assert not parses('root ::= "\\d"') and parses('root ::= "a"')
+    grammar = tool_call_grammar([dated, *WEATHER], "required", parses)
+    assert grammar is not None and parses(grammar)
+    assert '"\\"city\\""' in grammar
+    assert "set_date: arguments held only to a JSON object" in capfd.readouterr().err
