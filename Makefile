@@ -19,9 +19,15 @@ $(VENV)/.installed: pyproject.toml
 local-model: $(VENV)/.installed
 	.ci/build-llama-wheel.sh $(PY)
 
+# Three ToolHop episodes on the embedded model, one at a time. The fc agent asks for a tool call until the
+# first tool result (tool_choice=required, whatever the env's protocol sends) and the server's grammar
+# keeps each call to an offered tool with schema-valid arguments, so every episode's calls run in the
+# sandbox and are scored. Fails when every episode errored.
 demo: local-model
 	rm -rf runs/demo
-	$(VENV)/bin/hopgym eval --model local --agent react --limit 3 --env-arg max_turns=3 --out runs/demo
+	$(VENV)/bin/hopgym eval --model local --agent fc --agent-arg tool_choice=required --limit 3 \
+		--env-arg max_turns=2 --max-tokens 128 --out runs/demo
+	$(PY) .ci/check_demo.py runs/demo
 
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -6,22 +6,42 @@ from collections.abc import Mapping
 from typing import Any
 
 from hopgym.agents.base import Action, Agent, Observation
+from hopgym.agents.model import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
+from hopgym.errors import ConfigError
+
+TOOL_CHOICES = ("auto", "required", "none")
 
 
 class FunctionCallingAgent(Agent):
     """Sends the env's messages and tools as they are; ``info["tool_choice"]`` is passed on (``required``
     in the mandatory scenario of the hopgym protocol until a tool result has been seen; none under the
-    official protocol), and so is ``info["sampling"]``. Raw-JSON calls in content are recovered."""
+    official protocol), and so is ``info["sampling"]``. Raw-JSON calls in content are recovered.
+
+    ``tool_choice`` is this agent's own choice until the episode's first tool result, used where the env
+    names none (the official ToolHop protocol sends none): ``required`` makes a model that would answer
+    from memory call a tool first. It is part of the run's agent options, so it is recorded with the run.
+    """
 
     name = "fc"
 
+    def __init__(self, client: ModelClient, tool_choice: str | None = None) -> None:
+        super().__init__(client)
+        if tool_choice is not None and tool_choice not in TOOL_CHOICES:
+            raise ConfigError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}, got {tool_choice!r}")
+        self.tool_choice = tool_choice
+        self._tool_result_seen = False
+
     async def act(self, observation: Observation, info: Mapping[str, Any]) -> Action:
         tools = observation["tools"]
+        messages = observation["messages"]
+        if messages and messages[-1].get("role") == "tool":
+            self._tool_result_seen = True
+        choice = info.get("tool_choice") or (None if self._tool_result_seen else self.tool_choice)
         reply = await self.complete(
-            observation["messages"],
+            messages,
             tools=tools or None,
-            tool_choice=info.get("tool_choice") if tools else None,
+            tool_choice=choice if tools else None,
             sampling=info.get("sampling"),
         )
         message = reply.message

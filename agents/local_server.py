@@ -16,10 +16,12 @@ from hopgym.errors import ConfigError
 LOCAL_MODEL = "local"
 """The model name ``hopgym eval --model local`` recognises."""
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
-CHAT_FORMAT = "chatml-function-calling-bounded"
-"""llama-cpp-python's ``chatml-function-calling`` held to ``max_tokens`` (see agents/llama_entry.py)."""
-TOOL_CHOICE_SUBSTITUTES = {"required": "auto"}
-"""This chat format fails on ``tool_choice="required"`` (500); it takes ``auto`` or a named function."""
+CHAT_FORMAT = "hopgym-tools"
+"""hopgym's grammar-constrained tool-calling chat format, registered by agents/llama_entry.py."""
+LOCAL_CONCURRENCY = 1
+"""Episodes run at once against the embedded server by default. It computes one request at a time in one
+llama context, so concurrent episodes gain nothing and evict each other's prompt from the KV cache; one
+at a time, each turn evaluates only the tokens its predecessor did not."""
 INSTALL_HINT = "run .ci/build-llama-wheel.sh (builds and caches the wheel) or pip install 'hopgym[local]'"
 
 
@@ -74,6 +76,7 @@ def local_server(
         lambda free: local_server_command(model_path, free, n_ctx, threads),
         port,
         startup_timeout,
+        check_model=LOCAL_MODEL_ALIAS,
     )
 
 

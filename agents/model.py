@@ -12,7 +12,7 @@ import json
 import os
 import random
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -88,6 +88,10 @@ class ModelConfig:
     tool_choice_substitutes: Mapping[str, str] = field(default_factory=dict)
     """Tool-choice values the server cannot take, mapped to what is sent instead (e.g. llama-cpp-python's
     ``chatml-function-calling`` fails on ``"required"``); recorded in the run folder's run.json."""
+    server_failure: Callable[[], str | None] | None = field(default=None, compare=False, repr=False)
+    """For a server hopgym started: why it is gone (exit signal and log tail), or None while it runs.
+    Asked when a request fails in a retryable way, so a crashed server ends the episode with that reason
+    at once instead of being retried as a network error."""
 
 
 def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -186,6 +190,9 @@ class ModelClient:
             except self._error_base as exc:  # the base of every error litellm maps to
                 if not is_retryable(exc, self._litellm):
                     raise ModelError(f"{self.config.model}: {type(exc).__name__}: {exc}") from exc
+                crash = self.config.server_failure() if self.config.server_failure else None
+                if crash:
+                    raise ModelError(f"{self.config.model}: the model server crashed: {crash}") from exc
                 if attempt == self.config.max_retries:
                     raise ModelError(
                         f"{self.config.model}: gave up after {attempt + 1} attempts: "
@@ -231,7 +238,9 @@ class ModelClient:
         if tools:
             request["tools"] = list(tools)
             if tool_choice:
-                request["tool_choice"] = config.tool_choice_substitutes.get(tool_choice, tool_choice)
+                substitutes = config.tool_choice_substitutes
+                named = not isinstance(tool_choice, str)  # {"type": "function", ...} is never substituted
+                request["tool_choice"] = tool_choice if named else substitutes.get(tool_choice, tool_choice)
         if stop:
             request["stop"] = list(stop)
         return request

@@ -1,12 +1,17 @@
 """Starting a model server as a child process, waiting until it answers, and stopping it for sure.
 
 Shared by the embedded llama.cpp server and vLLM: both are OpenAI-compatible and ready when
-``GET {api_base}/models`` answers 200. The child runs in its own process group so stopping it also stops
-whatever it spawned, and its output goes to a log file whose tail is shown when it fails to start.
+``GET {api_base}/models`` answers 200; with ``check_model`` set, a one-token chat request must also
+complete before the server is handed out (a server can list its models and still crash on its first real
+prompt, e.g. on CPU instructions the machine does not grant). The child runs in its own process group so
+stopping it also stops whatever it spawned, and its output goes to a log file whose tail is shown when it
+fails to start or dies mid-run (:meth:`ServerProcess.failure`).
 """
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import signal
 import socket
@@ -19,6 +24,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from hopgym.errors import ModelError
+
+logger = logging.getLogger(__name__)
 
 
 def free_port() -> int:
@@ -37,6 +44,16 @@ def is_ready(api_base: str, timeout: float = 2.0) -> bool:
         return False
 
 
+def describe_exit(code: int) -> str:
+    """A child's return code in words: ``killed by signal SIGSEGV`` or ``exited with code 1``."""
+    if code < 0:
+        try:
+            return f"killed by signal {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with code {code}"
+
+
 class ServerProcess:
     """A model server child process: ``start()`` returns once it is ready; ``stop()`` ends it."""
 
@@ -48,6 +65,7 @@ class ServerProcess:
         startup_timeout: float,
         env: Mapping[str, str] | None = None,
         log_path: Path | None = None,
+        check_model: str | None = None,
     ) -> None:
         self.name = name
         self.command = list(command)
@@ -55,7 +73,9 @@ class ServerProcess:
         self.startup_timeout = startup_timeout
         self._env = {**os.environ, **(env or {})}
         self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"hopgym-{name}-", suffix=".log")[1])
+        self.check_model = check_model
         self._process: subprocess.Popen[bytes] | None = None
+        self._failure: str | None = None
 
     @classmethod
     def on_loopback(
@@ -64,13 +84,16 @@ class ServerProcess:
         command_for_port: Callable[[int], Sequence[str]],
         port: int | None,
         startup_timeout: float,
+        check_model: str | None = None,
     ) -> ServerProcess:
         """An OpenAI-compatible server on 127.0.0.1 at ``port`` (a free one when None), serving under /v1."""
         port = port or free_port()
-        return cls(name, command_for_port(port), f"http://127.0.0.1:{port}/v1", startup_timeout)
+        api_base = f"http://127.0.0.1:{port}/v1"
+        return cls(name, command_for_port(port), api_base, startup_timeout, check_model=check_model)
 
     def start(self) -> ServerProcess:
-        """Launch the command and wait until the server answers, or raise ModelError with its log tail."""
+        """Launch the command and wait until the server answers (and passes its self-check), or raise
+        ModelError with its log tail."""
         if is_ready(self.api_base, timeout=0.5):
             raise ModelError(
                 f"{self.name}: something already answers at {self.api_base}; choose another port"
@@ -82,8 +105,11 @@ class ServerProcess:
                 )
             except FileNotFoundError as exc:
                 raise ModelError(f"{self.name}: cannot run {self.command[0]!r}: {exc.strerror}") from exc
+        self._failure = None
         try:
             self._wait_until_ready()
+            if self.check_model:
+                self._self_check(self.check_model)
         except BaseException:  # a timeout, Ctrl-C or SIGTERM while waiting must not leave the server behind
             self.stop()
             raise
@@ -96,15 +122,57 @@ class ServerProcess:
         while not is_ready(self.api_base, timeout=1.0):
             code = self._process.poll()
             if code is not None:
-                raise ModelError(
-                    f"{self.name} exited with code {code} before it was ready:\n{self.log_tail()}"
-                )
+                raise ModelError(f"{self.name} {describe_exit(code)} before it was ready:\n{self.log_tail()}")
             if time.monotonic() > deadline:
                 raise ModelError(
                     f"{self.name} was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail()}"
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
+
+    def _self_check(self, model: str) -> None:
+        """One short chat completion: the server must compute, not only listen."""
+        assert self._process is not None
+        body = {"model": model, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
+        request = urllib.request.Request(
+            f"{self.api_base.rstrip('/')}/chat/completions",
+            data=json.dumps(body).encode(),
+            headers={"Content-Type": "application/json"},
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=self.startup_timeout) as response:
+                json.load(response)["choices"][0]
+        except (OSError, ValueError, KeyError, IndexError) as exc:
+            try:
+                code = self._process.wait(timeout=2.0)
+            except subprocess.TimeoutExpired:
+                raise ModelError(
+                    f"{self.name} failed its self-check (a one-token chat request): {exc}\n{self.log_tail()}"
+                ) from exc
+            raise ModelError(
+                f"{self.name} {describe_exit(code)} during its self-check (a one-token chat request):\n"
+                f"{self.log_tail()}"
+            ) from exc
+
+    def failure(self, wait: float = 0.5) -> str | None:
+        """Why the started server is gone (its exit and log tail), or None while it runs.
+
+        Called when a request could not connect: a dying server may need ``wait`` seconds to be reaped.
+        The first time it finds the server dead it also logs the reason, so the console shows it once.
+        """
+        if self._failure is not None or self._process is None:
+            return self._failure
+        try:
+            code = self._process.wait(timeout=wait)
+        except subprocess.TimeoutExpired:
+            return None
+        self._failure = f"{self.name} {describe_exit(code)}; the end of {self.log_path}:\n{self.log_tail()}"
+        logger.error("the model server crashed: %s", self._failure)
+        return self._failure
+
+    @property
+    def pid(self) -> int | None:
+        return self._process.pid if self._process is not None else None
 
     def log_tail(self, lines: int = 20) -> str:
         try:

@@ -15,7 +15,10 @@ server in its own process (so it does not share the runner's GIL).
   pays per turn; the first wave also pays the start: every episode's first request is built at the same
   moment, one after another on the event loop. Target: the env + runner share <= 5 % of the turn.
 * ``lock_step``: the same without jitter, every episode in step: the worst case for the event loop.
-* ``local`` (with ``--local N``): N fc episodes with the embedded SmolLM2 server, episodes per minute.
+* ``local`` (with ``--local N``): N fc episodes of up to 3 turns with the embedded SmolLM2 server, per
+  ``--local-concurrency`` (repeatable): turns per minute, and prompt tokens evaluated per turn (from the
+  server's log) against those sent. At concurrency 1 each turn's prompt extends the previous one in the
+  KV cache; above 1, episodes interleave in the one llama context and evict each other's prompt.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import argparse
 import hashlib
 import json
 import multiprocessing
+import re
 import statistics
 import tempfile
 import time
@@ -136,22 +140,26 @@ def overhead(records: list[dict[str, Any]], delay: float, jitter: float) -> dict
     return figures
 
 
-def measure_local(episodes: int) -> dict[str, Any]:
-    from hopgym.agents.local_server import TOOL_CHOICE_SUBSTITUTES, local_model_string, local_server
+def prompt_tokens_evaluated(server_log: str) -> list[int]:
+    """Prompt tokens llama.cpp actually evaluated, per request, from its server log (the rest of each
+    prompt was reused from the KV cache)."""
+    return [int(n) for n in re.findall(r"prompt eval time = .*?/\s*(\d+) tokens", server_log)]
+
+
+def measure_local(episodes: int, concurrency: int) -> dict[str, Any]:
+    """``episodes`` fc episodes of up to 3 turns on the embedded server at ``concurrency``: turns per
+    minute, and prompt tokens evaluated per turn against the prompt tokens sent."""
+    from hopgym.agents.local_server import local_model_string, local_server
 
     with local_server() as server, tempfile.TemporaryDirectory() as folder:
         config = EvalConfig(
             out=Path(folder) / "run",
             model=ModelConfig(
-                local_model_string(),
-                api_base=server.api_base,
-                api_key="sk",
-                max_tokens=128,
-                timeout=600,
-                tool_choice_substitutes=TOOL_CHOICE_SUBSTITUTES,
+                local_model_string(), api_base=server.api_base, api_key="sk", max_tokens=128, timeout=600
             ),
             env_kwargs={"max_turns": 3},
-            concurrency=2,
+            agent_options={"tool_choice": "required"},
+            concurrency=concurrency,
             limit=episodes,
             progress=False,
         )
@@ -159,12 +167,19 @@ def measure_local(episodes: int) -> dict[str, Any]:
         EvalRun(config).run()
         wall = time.perf_counter() - started
         records = read_episodes(config.out / "episodes.jsonl")
+        log = server.log_path.read_text(errors="replace")
+    evaluated = prompt_tokens_evaluated(log)[1:]  # the first request is the server's self-check
+    requests = sum(record["agent"]["requests"] for record in records)
+    sent = sum(record["agent"]["prompt_tokens"] for record in records)
     return {
         "episodes": len(records),
+        "concurrency": concurrency,
         "errors": sum(record["error"] is not None for record in records),
-        "turns": sum(record["turns"] for record in records),
+        "turns": requests,
         "wall_s": round(wall, 1),
-        "episodes_per_minute": round(60 * len(records) / wall, 2),
+        "turns_per_minute": round(60 * requests / wall, 2),
+        "prompt_tokens_sent_per_turn": round(sent / max(requests, 1)),
+        "prompt_tokens_evaluated_per_turn": round(sum(evaluated) / max(len(evaluated), 1)),
     }
 
 
@@ -177,15 +192,22 @@ def main() -> None:
     parser.add_argument("--turn-seconds", type=float, default=1.0)
     parser.add_argument("--jitter", type=float, default=0.5, help="spread of a turn, as a fraction of it")
     parser.add_argument("--local", type=int, default=0, help="also run N episodes with the local model")
+    parser.add_argument(
+        "--local-concurrency",
+        type=int,
+        action="append",
+        help="episodes at once on the local model; repeat to compare (default: 1, eval's default)",
+    )
+    parser.add_argument("--local-only", action="store_true", help="skip the scripted-server figures")
     parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args()
-    report = {
-        "zero_latency": measure(args.episodes, args.concurrency, 0.0),
-        "realistic": measure(args.episodes, args.concurrency, args.turn_seconds, args.jitter),
-        "lock_step": measure(args.episodes, args.concurrency, args.turn_seconds),
-    }
+    report: dict[str, Any] = {}
+    if not args.local_only:
+        report["zero_latency"] = measure(args.episodes, args.concurrency, 0.0)
+        report["realistic"] = measure(args.episodes, args.concurrency, args.turn_seconds, args.jitter)
+        report["lock_step"] = measure(args.episodes, args.concurrency, args.turn_seconds)
     if args.local:
-        report["local"] = measure_local(args.local)
+        report["local"] = [measure_local(args.local, k) for k in args.local_concurrency or [1]]
     print(json.dumps(report, indent=2))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2), encoding="utf-8")

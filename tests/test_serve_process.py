@@ -3,6 +3,7 @@ the vLLM command line (vLLM itself is an optional extra, so a stand-in ``vllm`` 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -14,13 +15,16 @@ from pathlib import Path
 
 import pytest
 
+from hopgym.agents.model import ModelClient, ModelConfig
 from hopgym.agents.server_process import ServerProcess, free_port, is_ready
 from hopgym.agents.vllm_server import tool_call_parser_for, vllm_command, vllm_server
 from hopgym.errors import ConfigError, ModelError
 
 # Serves GET /v1/models after a delay; records its own argv, like a slow-starting model server would.
+# With --crash-on-chat, a chat request kills it with SIGSEGV (as a kernel that does not grant the CPU
+# instructions a wheel was built for does); otherwise chat requests get a one-word answer.
 FAKE_SERVER = """
-import json, sys, time
+import json, os, signal, sys, time
 from http.server import BaseHTTPRequestHandler, HTTPServer
 argv = sys.argv[1:]
 port = int(argv[argv.index("--port") + 1])
@@ -30,6 +34,20 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         body = json.dumps({"data": [{"id": "m"}]}).encode()
         self.send_response(200 if self.path == "/v1/models" else 404)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if "--crash-on-chat" in argv:
+            print("ggml_backend_amx_mul_mat: about to fault", flush=True)
+            os.kill(os.getpid(), signal.SIGSEGV)
+        message = {"role": "assistant", "content": "hi"}
+        body = json.dumps({"id": "c", "object": "chat.completion", "created": 0, "model": "m",
+            "choices": [{"index": 0, "message": message, "finish_reason": "stop"}],
+            "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
@@ -65,6 +83,46 @@ def test_a_server_that_exits_early_is_reported_with_its_log() -> None:
     server = ServerProcess("broken", command, f"http://127.0.0.1:{free_port()}/v1", startup_timeout=30)
     with pytest.raises(ModelError, match=r"(?s)exited with code 3.*no GPU found"):
         server.start()
+
+
+def fake_server(tmp_path: Path, *flags: str) -> ServerProcess:
+    """The fake model server as a plain child process that self-checks with a one-token chat request."""
+    script = tmp_path / "fake_server.py"
+    script.write_text(FAKE_SERVER)
+    return ServerProcess.on_loopback(
+        "fake-llama",
+        lambda port: [sys.executable, str(script), "--port", str(port), "--delay", "0", *flags],
+        None,
+        startup_timeout=60,
+        check_model="m",
+    )
+
+
+def test_a_server_that_crashes_on_its_first_prompt_fails_the_self_check(tmp_path: Path) -> None:
+    server = fake_server(tmp_path, "--crash-on-chat")
+    with pytest.raises(ModelError, match=r"(?s)killed by signal SIGSEGV during its self-check.*amx_mul_mat"):
+        server.start()
+    assert not server.running
+
+
+def test_a_server_that_dies_mid_run_ends_the_request_with_the_crash_not_retries(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The client asks the server why a request failed: a dead server is named (signal and log tail)
+    at once and logged for the console, instead of being retried as a network error."""
+    with fake_server(tmp_path) as server:
+        config = ModelConfig(
+            "openai/m", api_base=server.api_base, api_key="sk", max_retries=4, server_failure=server.failure
+        )
+        client = ModelClient(config)
+        messages = [{"role": "user", "content": "Hi"}]
+        assert asyncio.run(client.complete(messages)).message["content"] == "hi"
+        os.kill(server.pid, signal.SIGKILL)
+        with pytest.raises(
+            ModelError, match=r"(?s)^openai/m: the model server crashed: fake-llama killed by signal SIGKILL"
+        ):
+            asyncio.run(client.complete(messages))
+    assert "fake-llama killed by signal SIGKILL" in caplog.text
 
 
 def test_a_server_that_never_gets_ready_is_stopped_after_the_timeout() -> None:

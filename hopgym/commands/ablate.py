@@ -68,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
             env_kwargs=eval_command.env_kwargs_from(args),
             agent=args.agent or "fc",
             agent_options=eval_command.parse_key_values(args.agent_arg, "--agent-arg"),
-            concurrency=args.concurrency,
+            concurrency=eval_command.concurrency_of(args),
             limit=args.limit,
             resume=args.resume,
             progress=not args.no_progress,

@@ -14,6 +14,7 @@ from typing import Any
 from hopgym.errors import ConfigError
 
 DEFAULT_TIMEOUT = 120.0
+DEFAULT_CONCURRENCY = 8
 DEFAULT_LOCAL_MAX_TOKENS = 512
 """The embedded 135M model can ramble until its context is full; cap its replies unless told otherwise."""
 DEFAULT_LOCAL_TIMEOUT = 600.0
@@ -57,7 +58,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--data", help="dataset file, passed to the env as data_path")
     parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
     parser.add_argument("--agent-arg", action="append", metavar="KEY=VALUE", help="an agent option")
-    parser.add_argument("--concurrency", type=int, default=8, help="episodes run at once (default: 8)")
+    parser.add_argument(
+        "--concurrency", type=int, help="episodes run at once (default: 8; 1 for the local model)"
+    )
     parser.add_argument("--limit", type=int, help="run only the first N tasks")
     parser.add_argument("--resume", action="store_true", help="continue OUT, skipping finished episodes")
     parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
@@ -101,7 +104,7 @@ def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "timeout": args.timeout or DEFAULT_TIMEOUT,
         }
         return
-    from hopgym.agents.local_server import TOOL_CHOICE_SUBSTITUTES, local_model_string, local_server
+    from hopgym.agents.local_server import local_model_string, local_server
 
     with local_server() as server:
         yield {
@@ -110,8 +113,19 @@ def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
             "api_key": "sk-local",
             "max_tokens": args.max_tokens or DEFAULT_LOCAL_MAX_TOKENS,
             "timeout": args.timeout or DEFAULT_LOCAL_TIMEOUT,
-            "tool_choice_substitutes": TOOL_CHOICE_SUBSTITUTES,
+            "server_failure": server.failure,
         }
+
+
+def concurrency_of(args: argparse.Namespace) -> int:
+    """``--concurrency``, else the default for the model (see ``LOCAL_CONCURRENCY``)."""
+    if args.concurrency is not None:
+        return args.concurrency
+    if args.model == "local":
+        from hopgym.agents.local_server import LOCAL_CONCURRENCY
+
+        return LOCAL_CONCURRENCY
+    return DEFAULT_CONCURRENCY
 
 
 def run(args: argparse.Namespace) -> int:
@@ -129,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
             env_kwargs=env_kwargs_from(args),
             agent=args.agent,
             agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
-            concurrency=args.concurrency,
+            concurrency=concurrency_of(args),
             limit=args.limit,
             resume=args.resume,
             progress=not args.no_progress,
