@@ -106,11 +106,16 @@ class EnvPool:
     async def _make(self) -> gym.Env:
         self._created += 1
         try:
-            env = await self._in_thread(self._make_env)
+            return await self._in_thread(self._make_listed)
         except BaseException:
             self._created -= 1
             self._changed.set()  # the place is free again for a waiting episode to try
             raise
+
+    def _make_listed(self) -> gym.Env:
+        """Make an env and list it in its own thread: one whose episode was cancelled while it was being
+        made (the run stopped or crashed) is still listed, and closed with the others."""
+        env = self._make_env()
         self.envs.append(env)
         return env
 
@@ -239,6 +244,7 @@ class EvalRun:
     async def _run(self, first_env: gym.Env, pending: list[tuple[int, str]], bar: tqdm) -> None:
         pool = EnvPool(self._make_env, min(self.config.concurrency, len(pending)), first_env, self._in_thread)
         writer = EpisodeWriter(self.episodes_path)
+        episodes: list[asyncio.Future[dict[str, Any]]] = []
         try:
             await pool.fill()
             episodes = [asyncio.ensure_future(self._episode(pool, index, tid)) for index, tid in pending]
@@ -251,8 +257,18 @@ class EvalRun:
                 )
                 bar.update(1)
         finally:
+            for episode in episodes:  # after a crash, episodes still running must not outlive the run
+                episode.cancel()
+            await asyncio.gather(*episodes, return_exceptions=True)
             writer.close()
-            await self._in_thread(lambda: [env.close() for env in pool.envs])
+            loop = asyncio.get_running_loop()
+            await loop.run_in_executor(None, self._close_envs, pool)
+
+    def _close_envs(self, pool: EnvPool) -> None:
+        """Wait for the env threads (envs still being made, steps still running), then close every env."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+        for env in pool.envs:
+            env.close()
 
     def run(self) -> dict[str, Any]:
         """Run every pending episode, then write and return the summary. The folder is checked, and the

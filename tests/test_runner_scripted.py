@@ -285,3 +285,35 @@ def test_a_typo_then_the_corrected_command_runs_without_resume(
         code, err = ran([*argv, "--feedback", "minimal"], capsys)
     assert code == 0, err
     assert len(read_records(out)) == 2
+
+
+def test_envs_still_being_made_when_the_run_crashes_are_closed_with_the_rest(
+    tmp_path: Path, monkeypatch
+) -> None:
+    """Every kgetool episode on ToolHop fails outside the model, so its env is discarded and the next
+    episode makes a new one (slowly here); writing the first record then crashes the run while that env is
+    still being made. It must be closed too, not left running with its sandbox workers."""
+    from hopgym.agents import runner
+
+    made: list[Any] = []
+    closed: list[Any] = []
+    make = runner.EvalRun._make_env
+
+    def slow_make_env(self):
+        env = make(self)
+        if made:
+            time.sleep(1.0)  # the crash below happens while this env is being made
+        made.append(env)
+        close = env.close
+        env.close = lambda: (closed.append(env), close())[1]
+        return env
+
+    def crashing_write(self, record):
+        raise RuntimeError("the disk is full")
+
+    monkeypatch.setattr(runner.EvalRun, "_make_env", slow_make_env)
+    monkeypatch.setattr(runner.EpisodeWriter, "write", crashing_write)
+    with ScriptedModelServer(solving_policy()) as server, pytest.raises(RuntimeError, match="disk is full"):
+        run(server, tmp_path / "run", agent="kgetool", limit=3, concurrency=1)
+    assert len(made) == 2
+    assert all(env in closed for env in made)
