@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
 import select
 import signal
 import socket
@@ -152,6 +153,7 @@ class ForkingLauncher(Launcher):
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._start_timeout = start_timeout
         self._server = ForkServer(worker_command(plan, limits, policy, template=True), start_timeout)
+        self._reaper = _Reaper()
 
     def start(self) -> WorkerHandle:
         try:
@@ -171,7 +173,7 @@ class ForkingLauncher(Launcher):
             raise
         for fd in worker_ends:
             os.close(fd)
-        worker = _ForkedWorker(init, pipes, cgroup, self._reply_cap)
+        worker = _ForkedWorker(init, pipes, cgroup, self._reply_cap, self._reaper)
         try:
             info = await_ready(worker.connection, self._start_timeout)
             check_hardening(self._plan, info)
@@ -183,15 +185,41 @@ class ForkingLauncher(Launcher):
         return WorkerHandle(worker.connection, info, worker.kill, worker.exit_status)
 
     def close(self) -> None:
+        self._reaper.close()
         self._server.close()
+
+
+class _Reaper:
+    """Finishes killed workers off the episode's path: waits until their processes are gone, empties and
+    removes their cgroup, closes their pipes. What the next episode relies on is already done by then:
+    the old worker has SIGKILL pending (it runs no more code) and shares no namespace, file or pipe with
+    the new one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="hopgym-fork-reaper", daemon=True)
+        self._thread.start()
+
+    def put(self, finish) -> None:
+        self._queue.put(finish)
+
+    def close(self) -> None:
+        """Finish every queued worker, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (finish := self._queue.get()) is not None:
+            finish()
 
 
 class _ForkedWorker:
     """A forked worker as the host holds it: its pipes, pidfds of its two processes, its cgroup."""
 
     def __init__(
-        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int
+        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: _Reaper
     ) -> None:
+        self._reaper = reaper
         self._pidfds = [os.pidfd_open(init)]
         self._init = init
         self._cgroup = cgroup
@@ -214,12 +242,16 @@ class _ForkedWorker:
         self.connection.pause_pid = worker
 
     def kill(self) -> None:
+        """SIGKILL both processes now; the reaper finishes the rest (see :class:`_Reaper`)."""
         if self._killed:
             return
         self._killed = True
         for pidfd in self._pidfds:
             with contextlib.suppress(ProcessLookupError):
                 signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        self._reaper.put(self._finish)
+
+    def _finish(self) -> None:
         if self._cgroup is not None:
             self._cgroup.kill()
         for pidfd in self._pidfds:  # gone before the next episode starts

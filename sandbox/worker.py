@@ -340,6 +340,7 @@ def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy,
     if child == 0:
         try:
             _become_episode(libc, fds, config)
+            _warm_up(policy, config)
             serve_episode(Channel(), config, policy, load_seccomp)
         except BaseException as exc:
             os.write(2, f"{describe_error(exc)}\n".encode(errors="replace"))
@@ -348,6 +349,24 @@ def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy,
     # Back to the template's own namespace for later children (a second unshare would fail otherwise).
     _check(libc.setns(own_pid_namespace, _CLONE_NEWPID), "setns(pid)")
     return child
+
+
+class _DiscardingChannel:
+    """Stands in for the host during :func:`_warm_up`: builds each message's text, sends nothing."""
+
+    request_id = None
+
+    def send(self, message: dict, value_json: str | None = None) -> None:
+        _dumps(message)
+
+
+def _warm_up(policy, config: dict) -> None:
+    """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
+    before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
+    the template now, while this worker is a spare, not during the episode's first request."""
+    worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
+    worker.load({"sources": ["def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"]})
+    worker.call({"name": "warm", "arguments": {"x": "warm"}})
 
 
 def _become_episode(libc, fds: list, config: dict) -> None:

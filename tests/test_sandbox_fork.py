@@ -17,14 +17,15 @@ from hopgym.sandbox.process import ProcessSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="start='fork' needs root")
 
-PROBE = '''
+PROBE = """
 import os, signal, threading
 
 def probe():
     numeric = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
     status = open("/proc/self/status").read()
     threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
-    handlers = {name: str(signal.getsignal(getattr(signal, name))) for name in ("SIGUSR1", "SIGTERM", "SIGALRM")}
+    names = ("SIGUSR1", "SIGTERM", "SIGALRM")
+    handlers = {name: str(signal.getsignal(getattr(signal, name))) for name in names}
     return {
         "pids": numeric,
         "tmp": sorted(os.listdir("/tmp")),
@@ -37,9 +38,9 @@ def probe():
         "uid": os.getuid(),
         "random": __import__("random").random(),
     }
-'''
+"""
 
-LITTER = '''
+LITTER = """
 import builtins, ctypes, os, signal, threading, time
 
 def litter():
@@ -55,14 +56,14 @@ def litter():
     libc = ctypes.CDLL(None, use_errno=True)
     shm = libc.shmget(0x4F4B, 4096, 0o1000 | 0o666)  # IPC_CREAT
     return {"fds": len(keep), "shm": shm}
-'''
+"""
 
-SHM_PROBE = '''
+SHM_PROBE = """
 import ctypes
 
 def shm_lookup():
     return ctypes.CDLL(None, use_errno=True).shmget(0x4F4B, 0, 0)
-'''
+"""
 
 
 @pytest.fixture(scope="module", params=["bwrap", "namespaces"])
