@@ -174,7 +174,8 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
     code = os.WEXITSTATUS(status) if killed_by is None else 128 + killed_by
     if not signal_as_code and code > 128:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(code - 128, signal.SIG_DFL)
+        if code - 128 != signal.SIGKILL:  # its disposition cannot be set (EINVAL), nor needs to be
+            signal.signal(code - 128, signal.SIG_DFL)
         os.kill(os.getpid(), code - 128)
     os._exit(code)
 
