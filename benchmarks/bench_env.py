@@ -62,7 +62,7 @@ def full_pass(env: ToolHopEnv) -> dict[str, Any]:
         observation, _ = env.reset(options={"index": index})
         for tool in observation["tools"]:
             name = tool["function"]["name"]
-            question = observation["messages"][1]["content"]
+            question = env.tasks[index].question  # the official prompt has no separate question message
             _, _, _, _, info = env.step(_call(name, schema_arguments(tool, question)))
             status = info["calls"][0]["status"]
             statuses[status] = statuses.get(status, 0) + 1

@@ -189,6 +189,11 @@ class WorkerCgroup:
         joins = "".join(f"echo $$ > {shlex.quote(str(group / 'cgroup.procs'))} && " for group in self.groups)
         return ["/bin/sh", "-c", joins + 'exec "$@"', "sh", *command]
 
+    def join(self, pid: int) -> None:
+        """Move the process ``pid`` (all its threads) into the group(s); what it starts later is counted."""
+        for group in self.groups:
+            (group / "cgroup.procs").write_text(str(pid))
+
     def kill(self, patience: float = 2.0) -> None:
         """SIGKILL every process in the group(s) until none is left (the caller reaps its own child)."""
         give_up = time.monotonic() + patience

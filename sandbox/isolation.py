@@ -123,9 +123,16 @@ def _require_seccomp() -> None:
 
 
 def worker_command(
-    plan: IsolationPlan, limits: WorkerLimits, policy: str | None, view: WorkerView | None = None
+    plan: IsolationPlan,
+    limits: WorkerLimits,
+    policy: str | None,
+    view: WorkerView | None = None,
+    template: bool = False,
 ) -> list[str]:
-    """The argv that starts one worker under ``plan``; its stdin/stdout carry the protocol."""
+    """The argv that starts one worker under ``plan``; its stdin/stdout carry the protocol. With
+    ``template``, the fork-server instead (see ``worker.serve_template``; root only): it keeps the
+    capabilities to give each worker it forks its own namespaces and mounts, and its stdin is the host's
+    control socket."""
     python_path = _policy_python_path() if policy else []
     view = view if view is not None else worker_view(policy)
     config = {
@@ -136,11 +143,12 @@ def worker_command(
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
         "host_pid": os.getpid(),
         "python_path": python_path,
+        "template": template,
     }
     python = [interpreter(), "-I", "-S", "-B", worker_program(), json.dumps(config)]
     if plan.level != "bwrap":
         return python
-    return [*_bwrap_arguments(view, limits), "--", *python]
+    return [*_bwrap_arguments(view, limits, template), "--", *python]
 
 
 def interpreter() -> str:
@@ -161,7 +169,7 @@ def worker_program() -> str:
         return str(WORKER_SCRIPT)
 
 
-def _bwrap_arguments(view: WorkerView, limits: WorkerLimits) -> list[str]:
+def _bwrap_arguments(view: WorkerView, limits: WorkerLimits, template: bool = False) -> list[str]:
     args = ["bwrap"]  # no bind of "/": bubblewrap's root is an empty tmpfs holding only the view
     for path, target in view.symlinks:
         args += ["--symlink", target, path]
@@ -179,6 +187,9 @@ def _bwrap_arguments(view: WorkerView, limits: WorkerLimits) -> list[str]:
         # Without a user namespace the worker's uid is the real one: it starts as root with only the
         # capabilities needed to drop to nobody, and drops before running anything untrusted.
         args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+        # The fork-server makes each worker's PID, mount and IPC namespaces; its workers drop to nobody,
+        # which clears every capability, before anything untrusted runs.
+        args += ["--cap-add", "CAP_SYS_ADMIN"] if template else []
     else:
         args += ["--unshare-user", "--uid", str(UNPRIVILEGED_UID), "--gid", str(UNPRIVILEGED_UID)]
     return args

@@ -39,6 +39,10 @@ class Launcher(ABC):
     def start(self) -> WorkerHandle:
         """Start a worker and wait for its ready message; raise SandboxError if it cannot start."""
 
+    def close(self) -> None:
+        """Stop what the launcher keeps besides its workers (a fork-server); nothing by default."""
+        return
+
 
 def await_ready(connection: WorkerConnection, timeout: float) -> dict[str, Any]:
     """Read the worker's first message and check that it is a ready message of our protocol version."""

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.errors import ConfigError, SandboxError
+from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox.cgroups import CgroupPlan, resolve_cgroups
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
@@ -25,6 +25,9 @@ from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
 from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
 
 POLICIES = (None, "restricted")
+STARTS = ("spawn", "fork")
+"""How each worker starts: a new interpreter under a new bwrap (``spawn``), or forked from a warm template
+(``fork``, see :mod:`hopgym.sandbox.forkserver`; root only, bwrap or namespaces)."""
 _BWRAP_SIGNAL_BASE = 128
 """bubblewrap exits with 128 + n when the sandboxed worker was killed by signal n."""
 
@@ -78,27 +81,28 @@ class ProcessLauncher(Launcher):
 
         try:
             info = await_ready(connection, self._start_timeout)
-            self._check_hardening(info)
-            connection.pause_pid = _worker_pid(process.pid, info)
+            check_hardening(self._plan, info)
+            connection.pause_pid = worker_pid(process.pid, info)
         except SandboxError as exc:
             kill_and_report = _stderr_after_kill(process, kill)
             raise SandboxError(f"{exc}{kill_and_report}") from exc
         return WorkerHandle(connection, info, kill, lambda: self._exit_code(process))
-
-    def _check_hardening(self, info: dict) -> None:
-        """Refuse a worker that reports weaker hardening than planned (never silently downgraded)."""
-        if self._plan.drops_root and info.get("uid") == 0:
-            raise SandboxError("the sandbox worker still runs as root after dropping privileges")
-        if info.get("seccomp") != self._plan.seccomp:
-            raise SandboxError(
-                f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {self._plan.seccomp}"
-            )
 
     def _exit_code(self, process: subprocess.Popen) -> int | None:
         code = process.poll()
         if code is not None and self._plan.level == "bwrap" and code > _BWRAP_SIGNAL_BASE:
             return _BWRAP_SIGNAL_BASE - code
         return code
+
+
+def check_hardening(plan: IsolationPlan, info: dict) -> None:
+    """Refuse a worker that reports weaker hardening than planned (never silently downgraded)."""
+    if plan.drops_root and info.get("uid") == 0:
+        raise SandboxError("the sandbox worker still runs as root after dropping privileges")
+    if info.get("seccomp") != plan.seccomp:
+        raise SandboxError(
+            f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {plan.seccomp}"
+        )
 
 
 class PausingConnection(WorkerConnection):
@@ -132,7 +136,7 @@ class PausingConnection(WorkerConnection):
         return True
 
 
-def _worker_pid(pid: int, info: dict[str, Any]) -> int:
+def worker_pid(pid: int, info: dict[str, Any]) -> int:
     """The host pid of the worker that reported ``info``: the end of the chain of only children below the
     launched process (bubblewrap, or the namespaces mode's relays), checked against the worker's own pid."""
     while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
@@ -163,6 +167,8 @@ class ProcessSandbox(PooledSandbox):
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
     ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
+    ``start``: ``spawn`` (a new interpreter per worker) or ``fork`` (forked from a warm template with the
+    same isolation; see :mod:`hopgym.sandbox.forkserver`).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 
@@ -183,10 +189,12 @@ class ProcessSandbox(PooledSandbox):
         cgroup: str = "auto",
         max_tasks: int = 64,
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        start: str = "spawn",
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
         plan = resolve_isolation(isolation, seccomp)
+        _require_start(start, plan)
         limits = WorkerLimits(
             memory_mb=memory_mb,
             cpu_seconds=cpu_seconds,
@@ -206,21 +214,51 @@ class ProcessSandbox(PooledSandbox):
             "cgroup": cgroups.report(),
             "view": worker_view(policy).report() if plan.level != "none" else "the host's files",
             "paused_between_calls": True,
+            "start": start,
         }
-        launcher = ProcessLauncher(plan, limits, policy, cgroups)
-        super().__init__(
-            launcher,
-            described,
-            timeout=timeout,
-            spares=spares,
-            preload=preload,
-            max_tool_calls=max_tool_calls,
-        )
+        launcher = _launcher(start, plan, limits, policy, cgroups)
+        self._launcher = launcher
+        try:
+            super().__init__(
+                launcher,
+                described,
+                timeout=timeout,
+                spares=spares,
+                preload=preload,
+                max_tool_calls=max_tool_calls,
+            )
+        except BaseException:
+            launcher.close()
+            raise
 
     @property
     def report(self) -> dict[str, Any]:
         """What is in force, in detail: level, seccomp, rlimits, the cgroup's limits, the mounted view."""
         return dict(self._report)
+
+    def close(self) -> None:
+        super().close()
+        self._launcher.close()
+
+
+def _require_start(start: str, plan: IsolationPlan) -> None:
+    if start not in STARTS:
+        raise ConfigError(f"start={start!r} is not a start mode; valid: {', '.join(STARTS)}")
+    if start == "fork" and (plan.level == "none" or os.geteuid() != 0):
+        raise IsolationUnavailableError(
+            f"start='fork' needs root and isolation 'bwrap' or 'namespaces' (got {plan.level!r}, "
+            f"uid {os.geteuid()}): the template gives each worker its own namespaces; or pass start='spawn'"
+        )
+
+
+def _launcher(
+    start: str, plan: IsolationPlan, limits: WorkerLimits, policy: str | None, cgroups: CgroupPlan
+) -> Launcher:
+    if start == "fork":
+        from hopgym.sandbox.forkserver import ForkingLauncher  # it builds on this module
+
+        return ForkingLauncher(plan, limits, policy, cgroups)
+    return ProcessLauncher(plan, limits, policy, cgroups)
 
 
 def cgroup_memory_bytes(limits: WorkerLimits) -> int:

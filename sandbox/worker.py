@@ -55,6 +55,7 @@ _NEW_ROOT = "/tmp"  # where the namespaces mode builds the worker's root, in its
 _DEVICES = ("null", "zero", "full", "random", "urandom")  # must match isolation.DEVICES
 _NAMESPACE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000  # mnt uts ipc net pid
 _PR_SET_PDEATHSIG = 1
+_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 
 
 class ToolCallRefused(Exception):
@@ -96,9 +97,7 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
     # Now PID 1 of the namespace. The kernel ignores default-action signals (SIGXCPU ...) sent to a
     # namespace's init, so the worker itself runs as PID 2, forked after the mounts below.
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-        encode = lambda s: None if s is None else s.encode()  # noqa: E731
-        result = libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data))
-        _check(result, f"mount {target}")
+        _mount(libc, source, target, fstype, flags, data)
 
     def bind(source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
         mount(source, target, None, _MS_BIND | _MS_REC, None)
@@ -147,6 +146,11 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
     _fork_and_relay(libc, signal_as_code=True)
 
 
+def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+    encode = lambda s: None if s is None else s.encode()  # noqa: E731
+    _check(libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+
+
 def die_with_host(host_pid: int) -> None:
     """Be killed when the host dies (the relays and the worker below die with this process in turn)."""
     _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
@@ -170,7 +174,8 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
     code = os.WEXITSTATUS(status) if killed_by is None else 128 + killed_by
     if not signal_as_code and code > 128:
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        signal.signal(code - 128, signal.SIG_DFL)
+        if code - 128 != signal.SIGKILL:  # its disposition cannot be set (EINVAL), nor needs to be
+            signal.signal(code - 128, signal.SIG_DFL)
         os.kill(os.getpid(), code - 128)
     os._exit(code)
 
@@ -209,11 +214,18 @@ def drop_privileges(uid: int | None) -> int:
 
 
 def install_seccomp() -> None:
-    """Deny sockets, exec, process creation, signalling, ptrace, file locks and watches; ``clone3`` says
-    ENOSYS so that the C library falls back to ``clone``, where creating threads (CLONE_THREAD) stays
-    allowed.
+    """Build and load the filter of :func:`prepare_seccomp` in this process."""
+    prepare_seccomp()()
 
-    Calls libseccomp directly (ctypes): other architectures' syscall tables are killed by its default."""
+
+def prepare_seccomp():
+    """Build (not yet load) a filter that denies sockets, exec, process creation, signalling, ptrace, file
+    locks and watches; ``clone3`` says ENOSYS so that the C library falls back to ``clone``, where creating
+    threads (CLONE_THREAD) stays allowed.
+
+    Calls libseccomp directly (ctypes): other architectures' syscall tables are killed by its default.
+    Returns the function that loads it into the calling process: a fork-server builds the filter once and
+    each forked worker only loads it."""
     import ctypes
 
     class ArgCompare(ctypes.Structure):
@@ -256,11 +268,135 @@ def install_seccomp() -> None:
         deny("clone3", errno.ENOSYS)
         for command in FCNTL_LOCKS:
             deny("fcntl", errno.EPERM, ArgCompare(1, _SCMP_CMP_EQ, command, 0))
+    except BaseException:
+        lib.seccomp_release(context)
+        raise
+
+    def load() -> None:
         result = lib.seccomp_load(context)
         if result != 0:
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
-    finally:
-        lib.seccomp_release(context)
+
+    return load
+
+
+# -------------------------------------------------------------------------------------------- fork-server
+
+_EPISODE_FDS = 4
+"""What the host sends with each fork request: the episode's stdin, stdout, stderr and exit-status pipes."""
+_PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
+
+
+def serve_template(config: dict) -> int:
+    """The fork-server (``start="fork"``): an initialised interpreter that never runs untrusted code and
+    forks one fresh worker per request received on its control socket (fd 0, from the host only).
+
+    It holds only what every worker would build the same way at start: this module, the code policy and
+    the seccomp filter (built, not loaded). Each fork request carries the worker's own pipes; the template
+    closes its copies at once, so no worker inherits another's. Children are reaped by the kernel."""
+    import socket
+
+    libc = _libc()
+    policy = load_policy(config.get("policy"))
+    load_seccomp = prepare_seccomp() if config.get("seccomp") else None
+    own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    control = socket.socket(fileno=os.dup(0))
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd in (0, 1):
+        os.dup2(devnull, fd)
+    os.close(devnull)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
+    import gc
+
+    gc.freeze()  # the collector never writes to what the template built: forked pages stay shared
+    control.send(_dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
+    while True:
+        message, fds, _, _ = socket.recv_fds(control, 64, _EPISODE_FDS)
+        if not message:
+            return 0
+        try:
+            if message != b"fork" or len(fds) != _EPISODE_FDS:
+                raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
+            reply = {
+                "type": "forked",
+                "pid": _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp),
+            }
+        except Exception as exc:
+            reply = {"type": "fatal", "error": describe_error(exc)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        control.send(_dumps(reply).encode())
+
+
+def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp) -> int:
+    """Fork the first process of a new PID namespace (its pid in the template's namespace is returned);
+    it builds the worker's own mounts and IPC namespace and runs the worker as its only child."""
+    _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
+    try:
+        child = os.fork()
+    except BaseException:
+        _check(libc.setns(own_pid_namespace, _CLONE_NEWPID), "setns(pid)")
+        raise
+    if child == 0:
+        try:
+            _become_episode(libc, fds, config)
+            _warm_up(policy, config)
+            serve_episode(Channel(), config, policy, load_seccomp)
+        except BaseException as exc:
+            os.write(2, f"{describe_error(exc)}\n".encode(errors="replace"))
+            os._exit(1)
+        os._exit(0)
+    # Back to the template's own namespace for later children (a second unshare would fail otherwise).
+    _check(libc.setns(own_pid_namespace, _CLONE_NEWPID), "setns(pid)")
+    return child
+
+
+class _DiscardingChannel:
+    """Stands in for the host during :func:`_warm_up`: builds each message's text, sends nothing."""
+
+    request_id = None
+
+    def send(self, message: dict, value_json: str | None = None) -> None:
+        _dumps(message)
+
+
+def _warm_up(policy, config: dict) -> None:
+    """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
+    before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
+    the template now, while this worker is a spare, not during the episode's first request."""
+    worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
+    worker.load({"sources": ["def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"]})
+    worker.call({"name": "warm", "arguments": {"x": "warm"}})
+
+
+def _become_episode(libc, fds: list, config: dict) -> None:
+    """In the fork: take the episode's pipes as fds 0-3 and nothing else, die with the template, get a
+    private mount and IPC namespace with a fresh /tmp, /proc and /dev/pts; then fork the worker (PID 2)
+    and stay as PID 1, which reports the worker's exit status on fd 3 and exits."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+    os.closerange(len(fds), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare(mount, ipc)")
+    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    tmp_options = f"size={config['tmpfs_bytes']},mode=1777"
+    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options)
+    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    if os.path.isdir("/dev/pts"):
+        _mount(libc, "devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, _PTS_OPTIONS)
+    worker = os.fork()
+    if worker == 0:
+        os.close(3)
+        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        return
+    for fd in (0, 1, 2):
+        os.close(fd)
+    _, status = os.waitpid(worker, 0)
+    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    os.write(3, f"{code}\n".encode())
+    os._exit(0)
 
 
 # ------------------------------------------------------------------------------------------------- policy
@@ -591,13 +727,25 @@ def main(argv: list[str]) -> int:
     if config.get("namespaces"):
         die_with_host(config["host_pid"])
         enter_namespaces(config["view"], config["tmpfs_bytes"])
+    if config.get("template"):
+        return serve_template(config)
     channel = Channel()
     try:
         policy = load_policy(config.get("policy"))
+        load_seccomp = prepare_seccomp() if config.get("seccomp") else None
+    except Exception as exc:
+        channel.send({"type": "fatal", "error": describe_error(exc)})
+        return 1
+    return serve_episode(channel, config, policy, load_seccomp)
+
+
+def serve_episode(channel: Channel, config: dict, policy, load_seccomp) -> int:
+    """Harden this process (rlimits, uid, seccomp), say ``ready``, then serve one episode."""
+    try:
         apply_rlimits(config["rlimits"])
         uid = drop_privileges(config.get("drop_uid"))
-        if config.get("seccomp"):
-            install_seccomp()
+        if load_seccomp is not None:
+            load_seccomp()
     except Exception as exc:
         channel.send({"type": "fatal", "error": describe_error(exc)})
         return 1
@@ -607,7 +755,7 @@ def main(argv: list[str]) -> int:
             "version": PROTOCOL_VERSION,
             "pid": os.getpid(),
             "uid": uid,
-            "seccomp": bool(config.get("seccomp")),
+            "seccomp": load_seccomp is not None,
             "namespaces": bool(config.get("namespaces")),
             "rlimits": config["rlimits"],
             "policy": policy.name,

@@ -22,6 +22,8 @@ HOST_SECRET = "host-secret-7f3a9c"
 BACKENDS = [
     pytest.param(("process", {"isolation": "bwrap"}), id="process-bwrap"),
     pytest.param(("process", {"isolation": "namespaces"}), id="process-namespaces"),
+    pytest.param(("process", {"isolation": "bwrap", "start": "fork"}), id="process-bwrap-fork"),
+    pytest.param(("process", {"isolation": "namespaces", "start": "fork"}), id="process-namespaces-fork"),
     pytest.param(("docker", {}), id="docker"),
     pytest.param(("docker", {"runtime": "runsc"}), id="docker-gvisor"),
 ]

@@ -1,0 +1,277 @@
+"""``start="fork"``: fresh workers forked from a warm template instead of a new interpreter per episode.
+
+One template process per sandbox runs ``worker.py`` in template mode (see ``worker.serve_template``) under
+the same bwrap view or raw namespaces as a spawned worker. It never runs untrusted code. For each worker
+the host sends it a fork request carrying the worker's own pipes over a Unix socket; the fork becomes
+PID 1 of a new PID namespace (so it cannot see or signal the template or its siblings) with its own mount
+and IPC namespaces, a fresh /tmp, /proc and /dev/pts, and forks the worker, which applies the rlimits,
+drops to nobody and loads the seccomp filter exactly as a spawned worker does, before saying ``ready``.
+The host then moves both processes into the worker's own cgroup, before any request (so before any
+untrusted code), and holds a pidfd of each to kill them without pid reuse races.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import select
+import signal
+import socket
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from hopgym.errors import SandboxError
+from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
+from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, WorkerLimits, worker_command
+from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
+from hopgym.sandbox.process import PausingConnection, check_hardening, worker_pid
+from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
+
+_CONTROL_MESSAGE_BYTES = 4096
+
+
+class ForkServer:
+    """The template process and its control socket; started on first use, started again if it died.
+    Fork requests are serialised (one socket), each takes well under a millisecond of the template."""
+
+    def __init__(self, command: list[str], start_timeout: float) -> None:
+        self._command = command
+        self._start_timeout = start_timeout
+        self._lock = threading.Lock()
+        self._process: subprocess.Popen | None = None
+        self._control: socket.socket | None = None
+        self._host_pid = 0
+
+    def fork(self, fds: list[int], timeout: float) -> int:
+        """Fork a worker holding ``fds`` as its stdin, stdout, stderr and status pipe; the host pid of the
+        fork (PID 1 of the worker's namespace)."""
+        with self._lock:
+            if self._process is None or self._process.poll() is not None:
+                self._start()
+            assert self._control is not None
+            try:
+                socket.send_fds(self._control, [b"fork"], fds)
+                reply = self._receive(time.monotonic() + timeout)
+            except (OSError, SandboxError) as exc:
+                self._stop()
+                raise SandboxError(f"the sandbox's fork-server failed: {exc}") from exc
+            if reply.get("type") != "forked" or not isinstance(reply.get("pid"), int):
+                raise SandboxError(f"the sandbox's fork-server could not fork a worker: {reply.get('error')}")
+            return self._host_pid_of(reply["pid"])
+
+    def close(self) -> None:
+        with self._lock:
+            self._stop()
+
+    def _start(self) -> None:
+        self._stop()
+        host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        try:
+            self._process = subprocess.Popen(
+                self._command,
+                stdin=template_end,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.PIPE,
+                env=WORKER_ENVIRONMENT,
+                start_new_session=True,
+                close_fds=True,
+            )
+        finally:
+            template_end.close()
+        self._control = host_end
+        try:
+            ready = self._receive(time.monotonic() + self._start_timeout)
+            if ready.get("type") != "template" or ready.get("version") != PROTOCOL_VERSION:
+                raise SandboxError(f"the fork-server did not start: {ready}")
+            self._host_pid = worker_pid(self._process.pid, ready)
+        except (OSError, SandboxError) as exc:
+            stderr = self._stop()
+            raise SandboxError(f"the sandbox's fork-server did not start: {exc}{stderr}") from exc
+
+    def _receive(self, deadline: float) -> dict[str, Any]:
+        assert self._control is not None
+        remaining = deadline - time.monotonic()
+        if remaining <= 0 or not select.select([self._control], [], [], remaining)[0]:
+            raise SandboxError("the fork-server did not answer in time")
+        data = self._control.recv(_CONTROL_MESSAGE_BYTES)
+        if not data:
+            raise SandboxError("the fork-server exited")
+        message = json.loads(data)
+        if not isinstance(message, dict):
+            raise SandboxError(f"the fork-server wrote {data[:200]!r}")
+        return message
+
+    def _host_pid_of(self, template_pid: int) -> int:
+        """The host pid of the template's child whose pid in the template's namespace is ``template_pid``."""
+        children = Path(f"/proc/{self._host_pid}/task/{self._host_pid}/children").read_text().split()
+        for child in children:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                if _namespace_pids(int(child))[-2] == template_pid:
+                    return int(child)
+        raise SandboxError(f"the fork-server's child {template_pid} is gone")
+
+    def _stop(self) -> str:
+        """Kill the template (its workers die with it); what it wrote to stderr, for error messages."""
+        if self._control is not None:
+            self._control.close()
+            self._control = None
+        if self._process is None:
+            return ""
+        process, self._process = self._process, None
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+        text = process.stderr.read().decode(errors="replace").strip()
+        process.stderr.close()
+        return f"\nfork-server stderr:\n{text[-2000:]}" if text else ""
+
+
+def _namespace_pids(pid: int) -> list[int]:
+    status = Path(f"/proc/{pid}/status").read_text()
+    line = next(line for line in status.splitlines() if line.startswith("NSpid:"))
+    return [int(value) for value in line.split()[1:]]
+
+
+class ForkingLauncher(Launcher):
+    """Starts each worker by a fork of the sandbox's template (see the module's docstring)."""
+
+    def __init__(
+        self,
+        plan: IsolationPlan,
+        limits: WorkerLimits,
+        policy: str | None,
+        cgroups: CgroupPlan,
+        start_timeout: float = 30.0,
+    ) -> None:
+        self._plan = plan
+        self._cgroups = cgroups
+        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
+        self._start_timeout = start_timeout
+        self._server = ForkServer(worker_command(plan, limits, policy, template=True), start_timeout)
+        self._reaper = _Reaper()
+
+    def start(self) -> WorkerHandle:
+        try:
+            cgroup = self._cgroups.create()
+        except OSError as exc:
+            raise SandboxError(f"creating the worker's cgroup failed: {exc}") from exc
+        pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, exit status
+        worker_ends = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
+        try:
+            init = self._server.fork(worker_ends, self._start_timeout)
+        except SandboxError:
+            for read, write in pipes:
+                os.close(read)
+                os.close(write)
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        for fd in worker_ends:
+            os.close(fd)
+        worker = _ForkedWorker(init, pipes, cgroup, self._reply_cap, self._reaper)
+        try:
+            info = await_ready(worker.connection, self._start_timeout)
+            check_hardening(self._plan, info)
+            worker.adopt(worker_pid(init, info))
+        except (SandboxError, OSError) as exc:
+            stderr = worker.stderr()
+            worker.kill()
+            raise SandboxError(f"{exc}{stderr}") from exc
+        return WorkerHandle(worker.connection, info, worker.kill, worker.exit_status)
+
+    def close(self) -> None:
+        self._reaper.close()
+        self._server.close()
+
+
+class _Reaper:
+    """Finishes killed workers off the episode's path: waits until their processes are gone, empties and
+    removes their cgroup, closes their pipes. What the next episode relies on is already done by then:
+    the old worker has SIGKILL pending (it runs no more code) and shares no namespace, file or pipe with
+    the new one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="hopgym-fork-reaper", daemon=True)
+        self._thread.start()
+
+    def put(self, finish) -> None:
+        self._queue.put(finish)
+
+    def close(self) -> None:
+        """Finish every queued worker, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (finish := self._queue.get()) is not None:
+            finish()
+
+
+class _ForkedWorker:
+    """A forked worker as the host holds it: its pipes, pidfds of its two processes, its cgroup."""
+
+    def __init__(
+        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: _Reaper
+    ) -> None:
+        self._reaper = reaper
+        self._pidfds = [os.pidfd_open(init)]
+        self._init = init
+        self._cgroup = cgroup
+        self._stderr = pipes[2][0]
+        self._status = pipes[3][0]
+        self._exit_code: int | None = None
+        self._killed = False
+        self.connection = PausingConnection(
+            os.fdopen(pipes[1][0], "rb", buffering=0),
+            PipeWriter(os.fdopen(pipes[0][1], "wb", buffering=0)),
+            cap,
+        )
+
+    def adopt(self, worker: int) -> None:
+        """Hold the worker's pidfd, move both processes into the cgroup, pause the worker between calls."""
+        self._pidfds.append(os.pidfd_open(worker))
+        if self._cgroup is not None:
+            for pid in (self._init, worker):
+                self._cgroup.join(pid)
+        self.connection.pause_pid = worker
+
+    def kill(self) -> None:
+        """SIGKILL both processes now; the reaper finishes the rest (see :class:`_Reaper`)."""
+        if self._killed:
+            return
+        self._killed = True
+        for pidfd in self._pidfds:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        self._reaper.put(self._finish)
+
+    def _finish(self) -> None:
+        if self._cgroup is not None:
+            self._cgroup.kill()
+        for pidfd in self._pidfds:  # gone before the next episode starts
+            select.select([pidfd], [], [], 2.0)
+            os.close(pidfd)
+        if self._cgroup is not None:
+            self._cgroup.remove()
+        self.connection.close()
+        os.close(self._stderr)
+        os.close(self._status)
+
+    def exit_status(self) -> int | None:
+        """The worker's exit code as its PID 1 reported it (negative: the signal that killed it)."""
+        if self._exit_code is None and not self._killed and select.select([self._status], [], [], 0)[0]:
+            text = os.read(self._status, 32).decode(errors="replace").strip()
+            self._exit_code = int(text) if text.lstrip("-").isdigit() else None
+        return self._exit_code
+
+    def stderr(self) -> str:
+        if not select.select([self._stderr], [], [], 0.2)[0]:
+            return ""
+        text = os.read(self._stderr, 4096).decode(errors="replace").strip()
+        return f"\nworker stderr:\n{text[-2000:]}" if text else ""

@@ -1,0 +1,148 @@
+"""``start="fork"``: workers forked from a warm template. Each test lets one episode leave something behind
+(files, memory, threads, fds, signal state, SysV IPC) and checks the next episode cannot reach it, and that
+the template stays out of the workers' reach."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from hopgym.errors import ConfigError, IsolationUnavailableError
+from hopgym.sandbox import make_sandbox
+from hopgym.sandbox.process import ProcessSandbox
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="start='fork' needs root")
+
+PROBE = """
+import os, signal, threading
+
+def probe():
+    numeric = sorted(int(name) for name in os.listdir("/proc") if name.isdigit())
+    status = open("/proc/self/status").read()
+    threads = int(next(line.split()[1] for line in status.splitlines() if line.startswith("Threads:")))
+    names = ("SIGUSR1", "SIGTERM", "SIGALRM")
+    handlers = {name: str(signal.getsignal(getattr(signal, name))) for name in names}
+    return {
+        "pids": numeric,
+        "tmp": sorted(os.listdir("/tmp")),
+        "fds": sorted(os.listdir("/proc/self/fd")),
+        "threads": threads,
+        "handlers": handlers,
+        "blocked": sorted(int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])),
+        "alarm": signal.alarm(0),
+        "marker": getattr(__import__("builtins"), "MARKER", None),
+        "uid": os.getuid(),
+        "random": __import__("random").random(),
+    }
+"""
+
+LITTER = """
+import builtins, ctypes, os, signal, threading, time
+
+def litter():
+    open("/tmp/left-behind", "w").write("secret of episode one")
+    builtins.MARKER = "secret of episode one"
+    keep = [os.open("/dev/null", os.O_RDONLY) for _ in range(5)] + list(os.pipe())
+    threading.Thread(target=time.sleep, args=(3600,), daemon=True).start()
+    threading.Thread(target=lambda: [None for _ in iter(int, 1)], daemon=True).start()  # spins
+    signal.signal(signal.SIGUSR1, lambda *_: None)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR2, signal.SIGHUP])
+    signal.alarm(100)
+    libc = ctypes.CDLL(None, use_errno=True)
+    shm = libc.shmget(0x4F4B, 4096, 0o1000 | 0o666)  # IPC_CREAT
+    return {"fds": len(keep), "shm": shm}
+"""
+
+SHM_PROBE = """
+import ctypes
+
+def shm_lookup():
+    return ctypes.CDLL(None, use_errno=True).shmget(0x4F4B, 0, 0)
+"""
+
+
+@pytest.fixture(scope="module", params=["bwrap", "namespaces"])
+def sandbox(request: pytest.FixtureRequest) -> Iterator[ProcessSandbox]:
+    box = make_sandbox("process", isolation=request.param, start="fork", timeout=5.0)
+    yield box
+    box.close()
+
+
+def _probe(box: ProcessSandbox) -> dict:
+    assert box.load([PROBE, SHM_PROBE]).errors == ()
+    result = box.call("probe", {})
+    assert result.status == "ok", result.error
+    return result.value
+
+
+def test_forked_worker_is_hardened_like_a_spawned_one(sandbox: ProcessSandbox) -> None:
+    assert sandbox.report["start"] == "fork"
+    info = sandbox.worker_info
+    assert info["uid"] == 65534 and info["seccomp"] is True
+    fresh = _probe(sandbox)
+    assert fresh["uid"] == 65534
+    assert fresh["pids"] == [1, 2], "a worker sees only its own PID namespace: not the template, no sibling"
+    assert fresh["tmp"] == []
+
+
+def test_nothing_of_one_episode_reaches_the_next(sandbox: ProcessSandbox) -> None:
+    fresh = _probe(sandbox)
+    assert sandbox.load([LITTER]).errors == ()
+    littered = sandbox.call("litter", {})
+    assert littered.status == "ok", littered.error
+    assert littered.value["shm"] >= 0, "the first episode could create a SysV segment"
+
+    after = _probe(sandbox)
+    assert after["tmp"] == []
+    assert after["marker"] is None
+    assert after["fds"] == fresh["fds"]
+    assert after["threads"] == 1
+    assert after["handlers"] == fresh["handlers"]
+    assert after["blocked"] == fresh["blocked"] == []
+    assert after["alarm"] == 0
+    assert after["pids"] == [1, 2]
+    assert after["random"] != fresh["random"], "each episode seeds its own random generator"
+    shm = sandbox.call("shm_lookup", {})
+    assert shm.status == "ok" and shm.value == -1, "the previous episode's SysV segment is not visible"
+
+
+def test_each_worker_has_its_own_cgroup_and_is_gone_after_the_episode(sandbox: ProcessSandbox) -> None:
+    _probe(sandbox)
+    host_pid = sandbox._current().connection.pause_pid
+    groups = [line.split(":", 2)[2] for line in Path(f"/proc/{host_pid}/cgroup").read_text().splitlines()]
+    mine = [group for group in groups if f"hopgym-{os.getpid()}-" in group]
+    assert mine, f"the forked worker is not in a worker cgroup: {groups}"
+    _probe(sandbox)  # a new episode: the previous worker is killed
+    assert not Path(f"/proc/{host_pid}").exists() or "zombie" in Path(f"/proc/{host_pid}/status").read_text()
+
+
+def test_a_worker_that_dies_leaves_the_template_serving(sandbox: ProcessSandbox) -> None:
+    assert sandbox.load(["import os\ndef die():\n    os._exit(3)\n"]).errors == ()
+    result = sandbox.call("die", {})
+    assert result.status == "error" and "exit code 3" in (result.error or "")
+    assert _probe(sandbox)["pids"] == [1, 2]
+
+
+def test_a_killed_template_is_started_again() -> None:
+    """Its live workers die with it (the current one fails once and is replaced); the next start forks
+    from a new template."""
+    box = make_sandbox("process", isolation="bwrap", start="fork", spares=0)
+    try:
+        os.kill(box._launcher._server._host_pid, signal.SIGKILL)
+        failed = box.load([PROBE])
+        assert failed.functions == () and "the worker" in failed.errors[0]
+        assert _probe(box)["uid"] == 65534
+    finally:
+        box.close()
+
+
+def test_start_mode_is_checked() -> None:
+    with pytest.raises(ConfigError, match="start='clone'"):
+        make_sandbox("process", start="clone")
+    with pytest.raises(IsolationUnavailableError, match="start='fork'"):
+        make_sandbox("process", isolation="none", start="fork")
