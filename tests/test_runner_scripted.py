@@ -287,33 +287,35 @@ def test_a_typo_then_the_corrected_command_runs_without_resume(
     assert len(read_records(out)) == 2
 
 
-def test_envs_still_being_made_when_the_run_crashes_are_closed_with_the_rest(
-    tmp_path: Path, monkeypatch
-) -> None:
-    """Every kgetool episode on ToolHop fails outside the model, so its env is discarded and the next
-    episode makes a new one (slowly here); writing the first record then crashes the run while that env is
-    still being made. It must be closed too, not left running with its sandbox workers."""
-    from hopgym.agents import runner
+def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_closing() -> None:
+    """A crashed or stopped run cancels its episodes while an env may still be made in a thread; that env
+    must be in the pool's list, which the run closes once the env threads have ended."""
+    import asyncio
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
 
-    made: list[Any] = []
-    closed: list[Any] = []
-    make = runner.EvalRun._make_env
+    from hopgym.agents.runner import EnvPool
 
-    def slow_make_env(self):
-        env = make(self)
-        if made:
-            time.sleep(1.0)  # the crash below happens while this env is being made
-        made.append(env)
-        close = env.close
-        env.close = lambda: (closed.append(env), close())[1]
-        return env
+    started, finish = threading.Event(), threading.Event()
 
-    def crashing_write(self, record):
-        raise RuntimeError("the disk is full")
+    def slow_make_env() -> object:
+        started.set()
+        finish.wait(10)
+        return "the env made after its episode was cancelled"
 
-    monkeypatch.setattr(runner.EvalRun, "_make_env", slow_make_env)
-    monkeypatch.setattr(runner.EpisodeWriter, "write", crashing_write)
-    with ScriptedModelServer(solving_policy()) as server, pytest.raises(RuntimeError, match="disk is full"):
-        run(server, tmp_path / "run", agent="kgetool", limit=3, concurrency=1)
-    assert len(made) == 2
-    assert all(env in closed for env in made)
+    async def scenario() -> EnvPool:
+        loop = asyncio.get_running_loop()
+        with ThreadPoolExecutor(2) as executor:
+            pool = EnvPool(
+                slow_make_env, 2, "the first env", lambda function: loop.run_in_executor(executor, function)
+            )
+            assert await pool.acquire() == "the first env"
+            episode = asyncio.ensure_future(pool.acquire())  # the second place: a new env, made slowly
+            await loop.run_in_executor(None, started.wait, 10)
+            episode.cancel()
+            await asyncio.gather(episode, return_exceptions=True)
+            finish.set()
+        return pool  # the executor has shut down: every env thread has ended
+
+    pool = asyncio.run(scenario())
+    assert pool.envs == ["the first env", "the env made after its episode was cancelled"]
