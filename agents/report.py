@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.agents.plots import grouped_bars
+from hopgym.agents.provenance import comparison_warnings, incomplete_note
 from hopgym.agents.records import EPISODES_FILE, read_episodes
 from hopgym.agents.runner import RUN_FILE
 from hopgym.agents.summary import markdown_table, run_title, summarize
@@ -35,6 +36,18 @@ class Run:
     settings: dict[str, Any]
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What ``run.json`` records of the run's origin ({} for folders made before it did)."""
+        return (self.summary.get("run") or {}).get("provenance") or {}
+
+
+def _episodes_note(run: Run) -> str:
+    provenance = run.provenance
+    if provenance and not provenance.get("complete"):
+        return f"{len(run.records)} episodes, **incomplete**: {incomplete_note(provenance)}"
+    return f"{len(run.records)} episodes"
 
 
 def _env_defaults(env_id: str) -> dict[str, Any]:
@@ -200,7 +213,9 @@ def write_report(folders: Sequence[Path], out: Path, error_set: str = "invocatio
     runs = [load_run(Path(folder), name) for folder, name in zip(folders, run_names(folders), strict=True)]
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# hopgym report", ""]
-    lines += [f"- `{run.name}`: {run_title(run.summary)} ({len(run.records)} episodes)" for run in runs]
+    lines += [f"- `{run.name}`: {run_title(run.summary)} ({_episodes_note(run)})" for run in runs]
+    warnings = comparison_warnings({run.name: run.provenance for run in runs})
+    lines += ["", *(f"> **Warning:** {warning}." for warning in warnings)] if warnings else []
     lines += ["", "## Table 4 columns", "", markdown_table({run.name: run.summary for run in runs}), ""]
     pct = "answer correctness (%)"
     by_hops = accuracy_by_hops(runs)

@@ -29,6 +29,7 @@ from tqdm import tqdm
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
 from hopgym.agents.model import ModelClient, ModelConfig
+from hopgym.agents.provenance import finish_provenance, start_provenance
 from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
@@ -194,6 +195,7 @@ class EvalRun:
         self._finished = 0
         self._correct = 0
         self._errors = 0
+        self._provenance: dict[str, Any] = {}
 
     # -- preparation -------------------------------------------------------------------------------
 
@@ -202,11 +204,19 @@ class EvalRun:
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
-    def _open_folder(self) -> list[dict[str, Any]]:
-        """Create the run folder (options and data are checked by now); return the records already there."""
+    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
+        """Create the run folder (options and data are checked by now) with its run.json (identity and
+        provenance); return the records already there."""
+        run_file = self.out / RUN_FILE
+        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
+        self._provenance = start_provenance(env.unwrapped, expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / RUN_FILE).write_text(json.dumps(self.config.run_identity(), indent=2) + "\n")
+        self._write_run_file()
         return read_episodes(self.episodes_path, repair=True)
+
+    def _write_run_file(self) -> None:
+        run = {**self.config.run_identity(), "provenance": self._provenance}
+        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
 
     def _make_env(self) -> gym.Env:
         # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
@@ -323,7 +333,7 @@ class EvalRun:
         first_env = self._make_env()
         try:
             selected = self._select(first_env.unwrapped.tasks)
-            previous = self._open_folder()
+            previous = self._open_folder(first_env, len(selected))
             done = {episode_key(record) for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:
@@ -342,6 +352,10 @@ class EvalRun:
         finally:
             first_env.close()
             self._executor.shutdown(wait=True, cancel_futures=True)
+        wanted = {(task_id, sample) for _, task_id, sample in selected}
+        recorded = wanted & {episode_key(record) for record in read_episodes(self.episodes_path)}
+        self._provenance = finish_provenance(self._provenance, len(recorded))
+        self._write_run_file()
         return self.write_summary()
 
     def _select(self, tasks: Sequence[Any]) -> list[tuple[int, str, int]]:
@@ -356,7 +370,8 @@ class EvalRun:
 
     def write_summary(self) -> dict[str, Any]:
         records = read_episodes(self.episodes_path)
-        summary = summarize(records, run={**self.config.run_identity(), "out": str(self.out)})
+        run = {**self.config.run_identity(), "out": str(self.out), "provenance": self._provenance}
+        summary = summarize(records, run=run)
         (self.out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
         table = markdown_table({run_title(summary): summary})
         (self.out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")

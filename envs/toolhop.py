@@ -29,6 +29,7 @@ from hopgym.errors import ConfigError
 from hopgym.sandbox.base import LoadResult, Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop_data import resolve_toolhop_path
 from hopgym.tasks.toolhop_official import official_prompt_templates
 
 PROTOCOLS = ("official", "hopgym")
@@ -75,6 +76,8 @@ class ToolHopEnv(ChatToolEnv):
         self._call_timeout = call_timeout
         super().__init__(max_turns)
         self.tasks: list[Task] = load_toolhop(data_path)
+        self.data_files = (resolve_toolhop_path(data_path).resolve(),)
+        """The files the tasks come from (a run records their sha256)."""
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
         if scenario != "direct":

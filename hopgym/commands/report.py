@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.provenance import comparison_warnings
     from hopgym.agents.records import EPISODES_FILE, read_episodes
     from hopgym.agents.runner import RUN_FILE
     from hopgym.agents.summary import markdown_table, run_title, summarize
@@ -43,6 +44,9 @@ def run(args: argparse.Namespace) -> int:
         summary = summarize(read_episodes(episodes), run=identity)
         summaries[folder.name] = summary
         print(f"{folder.name}: {run_title(summary)}")
+    provenance = {name: summary["run"].get("provenance") or {} for name, summary in summaries.items()}
+    for warning in comparison_warnings(provenance):
+        print(f"warning: {warning}")
     print()
     print(markdown_table(summaries))
     if args.out:
