@@ -371,11 +371,18 @@ class EvalRun:
     def write_summary(self) -> dict[str, Any]:
         records = read_episodes(self.episodes_path)
         run = {**self.config.run_identity(), "out": str(self.out), "provenance": self._provenance}
-        summary = summarize(records, run=run)
-        (self.out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
-        table = markdown_table({run_title(summary): summary})
-        (self.out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
-        return summary
+        return write_summary_files(self.out, records, run)
+
+
+def write_summary_files(
+    out: Path, records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
+    summary = summarize(records, run=run)
+    (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    table = markdown_table({run_title(summary): summary})
+    (out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
+    return summary
 
 
 def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:

@@ -18,7 +18,7 @@ from hopgym.envs.chat import (
 from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
-from hopgym.envs.scoring import get_scorer
+from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop_official import (
     OFFICIAL_CALL_TIMEOUT,
     OFFICIAL_SAMPLING,
@@ -132,10 +132,7 @@ class ToolHopEnv(ChatToolEnv):
         # The official direct scenario makes one model call: its reply is final whatever it holds.
         if not calls or (self._official and self.scenario == "direct"):
             self._done = True
-            # The official rule may read the tool message before the answer; under the hopgym protocol
-            # that message is hopgym's own text, which the official code never shows: the answer alone.
-            scored = self._messages if self._official else self._messages[-1:]
-            correct = self._score(self._task.answer, scored)
+            correct = episode_correct(self._score, self._official, self._task.answer, self._messages)
             info = self._info([])
             info.update(correct=correct, answer=self._task.answer)
             return self._observation(), float(correct), True, False, info
