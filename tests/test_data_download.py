@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import os
 import shutil
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
@@ -16,6 +19,7 @@ import pytest
 from hopgym.cli import main
 from hopgym.tasks.downloads import DATASETS
 from hopgym.tasks.familytool import load_family_kg, load_familytool
+from hopgym.tasks.toolhop_data import HUB_REVISION, HUB_SHA256
 from tests.shared_data import DATA, needs_data
 
 SHARED_FOLDER = {"familytool": DATA / "familytool", "fb15k-237": DATA / "fb15k-237"}
@@ -101,3 +105,56 @@ def test_an_unreachable_source_is_one_line(tmp_path: Path, capsys) -> None:
     args = ["data", "download", "familytool", "--to", str(tmp_path), "--base-url", "http://127.0.0.1:9"]
     assert main(args) == 2
     assert "could not download http://127.0.0.1:9/yxzwang/FamilyTool/" in capsys.readouterr().err
+
+
+class HubHandler(SimpleHTTPRequestHandler):
+    """Answers the hub's resolve URL of the pinned ToolHop file with the served file and the headers the
+    hub client reads (ETag, X-Repo-Commit)."""
+
+    served: Path
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def _headers(self) -> bytes:
+        body = self.served.read_bytes()
+        expected = f"/datasets/bytedance-research/ToolHop/resolve/{HUB_REVISION}/data/ToolHop.json"
+        if self.path.split("?")[0] != expected:
+            self.send_error(404)
+            return b""
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("ETag", f'"{hashlib.sha256(body).hexdigest()}"')
+        self.send_header("X-Repo-Commit", HUB_REVISION)
+        self.end_headers()
+        return body
+
+    def do_HEAD(self) -> None:
+        self._headers()
+
+    def do_GET(self) -> None:
+        self.wfile.write(self._headers())
+
+
+@needs_data("toolhop/toolhop_subset100.jsonl")
+def test_toolhop_comes_from_the_hub_pinned_and_checked(tmp_path: Path) -> None:
+    """The real hub client against a local hub: a file with another digest than the pinned one (here the
+    subset served as data/ToolHop.json) is removed and the command fails naming both digests."""
+    handler = type("Hub", (HubHandler,), {"served": DATA / "toolhop" / "toolhop_subset100.jsonl"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    environment = {**os.environ, "HF_ENDPOINT": endpoint, "HF_HUB_OFFLINE": "0"}
+    try:
+        done = subprocess.run(
+            [sys.executable, "-m", "hopgym.cli", "data", "download", "toolhop", "--to", str(tmp_path)],
+            capture_output=True, text=True, timeout=120, env=environment,
+        )  # fmt: skip
+    finally:
+        server.shutdown()
+        server.server_close()
+    served_digest = hashlib.sha256(handler.served.read_bytes()).hexdigest()
+    assert done.returncode == 2, done.stderr
+    expected = f"data/ToolHop.json has sha256 {served_digest}, expected {HUB_SHA256}; the file was removed"
+    assert expected in done.stderr
+    assert not (tmp_path / "toolhop" / "data" / "ToolHop.json").exists()
