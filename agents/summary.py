@@ -14,10 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from hopgym.agents.cost import token_cost
 from hopgym.agents.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 
-# (label, key, kind): "pct" values are fractions shown ×100, "num" and "text" values are shown as they are.
+# (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num" and
+# "text" values as they are.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Protocol", "protocol", "text"),
     ("Answer correctness", "answer_correctness", "pct"),
@@ -38,6 +40,7 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Replies cut off by max tokens", "cut_off_replies", "num"),
     ("Prompt tokens", "prompt_tokens", "num"),
     ("Completion tokens", "completion_tokens", "num"),
+    ("Cost (USD, litellm price map)", "cost_usd", "usd"),
 )
 
 
@@ -128,6 +131,9 @@ def summarize(records: Iterable[Mapping[str, Any]], run: Mapping[str, Any] | Non
     episode_metrics = _episode_metric_means(records)
     summary.update(episode_metrics, episode_metrics=sorted(episode_metrics))
     summary.update(sample_statistics(records), intervals=metric_intervals(records))
+    summary["cost_usd"] = token_cost(
+        (run or {}).get("model"), summary["prompt_tokens"], summary["completion_tokens"]
+    )
     return summary
 
 
@@ -139,6 +145,8 @@ def _cell(value: Any, kind: str, interval: Mapping[str, Any] | None = None) -> s
         return f"{100 * value:.2f}" + (f" ± {100 * half:.2f}" if half is not None else "")
     if kind == "text":
         return str(value)
+    if kind == "usd":
+        return f"{value:.6f}"
     if isinstance(value, float):
         half = (interval or {}).get("half_width")
         return f"{value:.2f}" + (f" ± {half:.2f}" if half is not None else "")

@@ -126,3 +126,26 @@ def test_a_stratified_sample_runs_the_tasks_it_names(tmp_path: Path) -> None:
     expected = stratified_sample([task_stratum(task) for task in TASKS], 6, seed=4)
     assert sorted(r["index"] for r in read_records(out)) == expected
     assert {r["seed"] for r in read_records(out)} == {4}
+
+
+def test_the_cost_comes_from_litellms_bundled_price_map(tmp_path: Path) -> None:
+    """A model the price map knows (the scripted server answers for any name): tokens times its prices,
+    read here straight from the JSON file litellm bundles; a model it does not know has no cost."""
+    import litellm
+
+    prices = json.loads(
+        (Path(litellm.__file__).parent / "model_prices_and_context_window_backup.json").read_text()
+    )
+    out = tmp_path / "run"
+    with ScriptedModelServer(seed_policy()) as server:
+        args = eval_args(server, out, "--limit", "2")
+        args[args.index(server.model)] = "openai/gpt-4o-mini"
+        assert main(args) == 0
+        assert main(eval_args(server, tmp_path / "unknown", "--limit", "1")) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["prompt_tokens"], summary["completion_tokens"]) == (20, 10)  # 10 and 5 per reply
+    price = prices["gpt-4o-mini"]
+    expected = 20 * price["input_cost_per_token"] + 10 * price["output_cost_per_token"]
+    assert summary["cost_usd"] == pytest.approx(expected, rel=1e-12)
+    assert f"| Cost (USD, litellm price map) | {expected:.6f} |" in (out / "summary.md").read_text()
+    assert json.loads((tmp_path / "unknown" / "summary.json").read_text())["cost_usd"] is None
