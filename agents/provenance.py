@@ -5,12 +5,13 @@ data or another protocol, and to mark incomplete runs."""
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from datetime import datetime, timezone
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+
+from hopgym.tasks.toolhop_data import sha256_of
 
 
 def hopgym_version() -> str:
@@ -18,14 +19,6 @@ def hopgym_version() -> str:
         return version("hopgym")
     except PackageNotFoundError:  # running from a source tree that was never installed
         return "unknown"
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def now() -> str:
@@ -39,7 +32,7 @@ def start_provenance(env: Any, expected: int, previous: Mapping[str, Any] | None
     files: Sequence[Path] = getattr(env, "data_files", ())
     return {
         "hopgym_version": hopgym_version(),
-        "data": {str(path): file_sha256(path) for path in files},
+        "data": {str(path): sha256_of(path) for path in files},
         "protocol": getattr(env, "protocol", None),
         "started": (previous or {}).get("started") or now(),
         "finished": None,

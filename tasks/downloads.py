@@ -9,7 +9,6 @@ Hugging Face hub (:mod:`hopgym.tasks.toolhop_data`). A file whose digest differs
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 import urllib.error
 import urllib.request
@@ -19,6 +18,7 @@ from pathlib import Path
 import platformdirs
 
 from hopgym.errors import ConfigError, DownloadError
+from hopgym.tasks.toolhop_data import download_toolhop, sha256_of
 
 GITHUB_RAW = "https://raw.githubusercontent.com"
 
@@ -83,18 +83,10 @@ def data_cache_root() -> Path:
     return Path(platformdirs.user_cache_dir("hopgym"))
 
 
-def _sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def fetch_file(remote: RemoteFile, destination: Path, base_url: str, timeout: float = 60.0) -> Path:
     """``remote`` into ``destination`` (kept when already there with the pinned digest); a partial or
     mismatching download is removed and raises DownloadError."""
-    if destination.is_file() and _sha256(destination) == remote.sha256:
+    if destination.is_file() and sha256_of(destination) == remote.sha256:
         return destination
     destination.parent.mkdir(parents=True, exist_ok=True)
     partial = destination.with_name(destination.name + ".part")
@@ -105,7 +97,7 @@ def fetch_file(remote: RemoteFile, destination: Path, base_url: str, timeout: fl
     except (urllib.error.URLError, OSError) as exc:
         partial.unlink(missing_ok=True)
         raise DownloadError(f"could not download {url}: {exc}") from exc
-    digest = _sha256(partial)
+    digest = sha256_of(partial)
     if digest != remote.sha256:
         partial.unlink()
         raise DownloadError(f"{url} has sha256 {digest}, expected {remote.sha256}; the download was removed")
@@ -116,8 +108,6 @@ def fetch_file(remote: RemoteFile, destination: Path, base_url: str, timeout: fl
 def download_dataset(name: str, root: Path, base_url: str = GITHUB_RAW) -> list[Path]:
     """Every file of dataset ``name`` into ``root/<name>/``; returns their paths."""
     if name == "toolhop":
-        from hopgym.tasks.toolhop_data import download_toolhop
-
         return [download_toolhop(root / "toolhop")]
     if name not in DATASETS:
         raise ConfigError(f"unknown dataset {name!r}; valid datasets: {list(NAMES)}")
