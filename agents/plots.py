@@ -24,6 +24,15 @@ def _pyplot():
     return plt
 
 
+def _error_bars(values: Sequence[float], halves: Sequence[float | None]) -> list[list[float]]:
+    """Lower and upper error-bar lengths: the half-width, clipped to the 0-100 scale of a percentage;
+    NaN (no bar drawn) where there is no interval (a single task)."""
+    nan = float("nan")
+    lower = [nan if h is None else min(h, v) for v, h in zip(values, halves, strict=True)]
+    upper = [nan if h is None else min(h, 100 - v) for v, h in zip(values, halves, strict=True)]
+    return [lower, upper]
+
+
 def grouped_bars(
     path: Path,
     title: str,
@@ -51,8 +60,8 @@ def grouped_bars(
                 )
             shown = [i for i, v in enumerate(values) if v is not None]
             positions = [i - 0.4 + width * (offset + 0.5) for i in shown]
-            half = (errors or {}).get(label)
-            yerr = [(half[i] or 0.0) for i in shown] if half else None
+            halves = (errors or {}).get(label)
+            yerr = _error_bars([values[i] for i in shown], [halves[i] for i in shown]) if halves else None
             bars = axes.bar(
                 positions, [values[i] for i in shown], width=width, label=label, color=f"C{offset % 10}",
                 yerr=yerr, capsize=3 if yerr else 0, error_kw={"elinewidth": 0.8},
