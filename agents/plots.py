@@ -58,16 +58,17 @@ def grouped_bars(
                 raise ConfigError(
                     f"{title}: series {label!r} has {len(values)} values for {len(categories)} categories"
                 )
-            shown = [i for i, v in enumerate(values) if v is not None]
-            positions = [i - 0.4 + width * (offset + 0.5) for i in shown]
+            shown = [(i, v) for i, v in enumerate(values) if v is not None]
+            positions = [i - 0.4 + width * (offset + 0.5) for i, _ in shown]
+            heights = [v for _, v in shown]
             halves = (errors or {}).get(label)
-            yerr = _error_bars([values[i] for i in shown], [halves[i] for i in shown]) if halves else None
+            yerr = _error_bars(heights, [halves[i] for i, _ in shown]) if halves else None
             bars = axes.bar(
-                positions, [values[i] for i in shown], width=width, label=label, color=f"C{offset % 10}",
+                positions, heights, width=width, label=label, color=f"C{offset % 10}",
                 yerr=yerr, capsize=3 if yerr else 0, error_kw={"elinewidth": 0.8},
             )  # fmt: skip
             n = (counts or {}).get(label)
-            texts = [f"{values[i]:.1f}" + (f"\nn={n[i]}" if n and n[i] is not None else "") for i in shown]
+            texts = [f"{v:.1f}" + (f"\nn={n[i]}" if n and n[i] is not None else "") for i, v in shown]
             axes.bar_label(bars, labels=texts, fontsize=6, label_type="center" if yerr else "edge")
         axes.set_xticks(range(len(categories)), [str(c) for c in categories])
         axes.set_title(title)

@@ -239,18 +239,15 @@ def _section(
     lines = [f"## {heading}", ""]
     if data is None:
         return [*lines, f"Not drawn: {why_not}.", ""]
-    categories, series, *bars = data
-    grouped_bars(out / png, heading, axis[0], axis[1], categories, series, *bars)
-    note = (
-        [
-            "Error bars (95% interval over tasks, ± half-width) and n (tasks per bar):",
-            "",
-            interval_table(axis[0], categories, *bars),
-            "",
-        ]
-        if bars
-        else []
-    )
+    categories, series = data[0], data[1]
+    note: list[str] = []
+    if len(data) == 4:
+        errors, counts = data[2], data[3]
+        grouped_bars(out / png, heading, axis[0], axis[1], categories, series, errors, counts)
+        caption = "Error bars (95% interval over tasks, ± half-width) and n (tasks per bar):"
+        note = [caption, "", interval_table(axis[0], categories, errors, counts), ""]
+    else:
+        grouped_bars(out / png, heading, axis[0], axis[1], categories, series)
     figure = f"![{heading}]({png}) ([SVG]({Path(png).with_suffix('.svg')}))"
     return [*lines, series_table(axis[0], categories, series), "", *note, figure, ""]
 

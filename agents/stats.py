@@ -100,7 +100,7 @@ def _check_counts(n: int, c: int, k: int) -> None:
         raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n}, c={c}, k={k}")
 
 
-def pass_k_table(correct_by_task: Mapping[Hashable, Sequence[bool]]) -> dict[str, dict[str, float]]:
+def pass_k_table(correct_by_task: Mapping[str, Sequence[bool]]) -> dict[str, dict[str, float]]:
     """``{"pass_at_k": {"1": .., ..}, "pass_hat_k": {...}}`` averaged over tasks, for every k up to the
     fewest samples any task has; empty dicts when there are no tasks."""
     if not correct_by_task:
