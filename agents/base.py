@@ -16,6 +16,8 @@ from typing import Any
 from hopgym.agents.model import ModelClient, ModelReply, Usage
 
 Action = dict[str, Any] | str
+CUT_OFF = "length"
+"""The OpenAI finish reason of a reply cut off by its token cap."""
 Observation = Mapping[str, Any]
 
 
@@ -32,6 +34,8 @@ class AgentStats:
     """Replies that followed no protocol (ReAct): fed back to the model and counted, not scored."""
     gave_up_parsing: bool = False
     """True when the episode ended because the model kept failing the protocol."""
+    finish_reasons: list[str | None] = field(default_factory=list)
+    """Each reply's finish reason as the server gave it, in order."""
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -41,7 +45,14 @@ class AgentStats:
             "raw_json_tool_calls": self.raw_json_tool_calls,
             "parse_failures": self.parse_failures,
             "gave_up_parsing": self.gave_up_parsing,
+            "finish_reasons": list(self.finish_reasons),
+            "cut_off_replies": self.cut_off_replies,
         }
+
+    @property
+    def cut_off_replies(self) -> int:
+        """Replies the server stopped at the token cap (finish reason ``length``, i.e. ``--max-tokens``)."""
+        return sum(reason == CUT_OFF for reason in self.finish_reasons)
 
 
 class Agent(ABC):
@@ -76,6 +87,7 @@ class Agent(ABC):
         self.stats.usage.add(reply.usage)
         self.stats.model_turns += 1
         self.stats.model_latency_ms += reply.latency_ms
+        self.stats.finish_reasons.append(reply.finish_reason)
         return reply
 
 

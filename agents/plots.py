@@ -1,4 +1,5 @@
-"""PNG figures for the report. Every figure is a grouped bar chart with a title and labelled axes.
+"""Figures for the report, each saved as SVG and as a 300-dpi PNG. Every figure is a grouped bar chart
+with a title and labelled axes; bars may carry an error bar (a 95% interval's half-width) and their n.
 
 matplotlib comes with the ``report`` extra and is imported only here, with the file-only Agg backend.
 """
@@ -17,9 +18,19 @@ def _pyplot():
     except ImportError as exc:
         raise ConfigError("plots need matplotlib: pip install 'hopgym[report]'") from exc
     matplotlib.use("Agg")
+    matplotlib.rcParams["svg.fonttype"] = "none"  # SVG text stays text: editable, searchable
     import matplotlib.pyplot as plt
 
     return plt
+
+
+def _error_bars(values: Sequence[float], halves: Sequence[float | None]) -> list[list[float]]:
+    """Lower and upper error-bar lengths: the half-width, clipped to the 0-100 scale of a percentage;
+    NaN (no bar drawn) where there is no interval (a single task)."""
+    nan = float("nan")
+    lower = [nan if h is None else min(h, v) for v, h in zip(values, halves, strict=True)]
+    upper = [nan if h is None else min(h, 100 - v) for v, h in zip(values, halves, strict=True)]
+    return [lower, upper]
 
 
 def grouped_bars(
@@ -29,8 +40,12 @@ def grouped_bars(
     ylabel: str,
     categories: Sequence[str],
     series: Mapping[str, Sequence[float | None]],
+    errors: Mapping[str, Sequence[float | None]] | None = None,
+    counts: Mapping[str, Sequence[int | None]] | None = None,
 ) -> Path:
-    """One group of bars per category, one bar per series (``None`` values are left out); saves a PNG."""
+    """One group of bars per category, one bar per series (``None`` values are left out); ``errors``
+    (half-widths, same shape) draw error bars and ``counts`` print each bar's n under its value. Saves
+    ``path`` (PNG, 300 dpi) and the same figure as SVG beside it."""
     if not categories or not series:
         raise ConfigError(f"{title}: a bar chart needs at least one category and one series")
     plt = _pyplot()
@@ -45,10 +60,16 @@ def grouped_bars(
                 )
             shown = [(i, v) for i, v in enumerate(values) if v is not None]
             positions = [i - 0.4 + width * (offset + 0.5) for i, _ in shown]
+            heights = [v for _, v in shown]
+            halves = (errors or {}).get(label)
+            yerr = _error_bars(heights, [halves[i] for i, _ in shown]) if halves else None
             bars = axes.bar(
-                positions, [v for _, v in shown], width=width, label=label, color=f"C{offset % 10}"
-            )
-            axes.bar_label(bars, fmt="%.1f", fontsize=7)
+                positions, heights, width=width, label=label, color=f"C{offset % 10}",
+                yerr=yerr, capsize=3 if yerr else 0, error_kw={"elinewidth": 0.8},
+            )  # fmt: skip
+            n = (counts or {}).get(label)
+            texts = [f"{v:.1f}" + (f"\nn={n[i]}" if n and n[i] is not None else "") for i, v in shown]
+            axes.bar_label(bars, labels=texts, fontsize=6, label_type="center" if yerr else "edge")
         axes.set_xticks(range(len(categories)), [str(c) for c in categories])
         axes.set_title(title)
         axes.set_xlabel(xlabel)
@@ -59,7 +80,11 @@ def grouped_bars(
         figure.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
         # The labels also go into the PNG text chunks, so readers (and tests) can check them.
-        figure.savefig(path, dpi=100, metadata={"Title": title, "Description": f"x: {xlabel}; y: {ylabel}"})
+        metadata = {"Title": title, "Description": f"x: {xlabel}; y: {ylabel}"}
+        figure.savefig(path, dpi=300, metadata=metadata)
+        figure.savefig(
+            path.with_suffix(".svg"), metadata={"Title": title, "Description": metadata["Description"]}
+        )
     finally:
         plt.close(figure)
     return path

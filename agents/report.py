@@ -16,15 +16,19 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.agents.plots import grouped_bars
+from hopgym.agents.provenance import comparison_warnings, incomplete_note
 from hopgym.agents.records import EPISODES_FILE, read_episodes
 from hopgym.agents.runner import RUN_FILE
-from hopgym.agents.summary import markdown_table, run_title, summarize
+from hopgym.agents.stats import mean_interval, per_task_means
+from hopgym.agents.summary import markdown_table, run_title, summarize, task_key
 from hopgym.envs.ablation import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
-from hopgym.errors import DataError
+from hopgym.errors import ConfigError, DataError
 
 REPORT_FILE = "report.md"
 Series = dict[str, list[float | None]]
+BarData = tuple[list[str], Series, Series, dict[str, list[int | None]]]
+"""(categories, values, 95% half-widths, n) of a chart with error bars."""
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,18 @@ class Run:
     settings: dict[str, Any]
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+
+    @property
+    def provenance(self) -> dict[str, Any]:
+        """What ``run.json`` records of the run's origin ({} for folders made before it did)."""
+        return (self.summary.get("run") or {}).get("provenance") or {}
+
+
+def _episodes_note(run: Run) -> str:
+    provenance = run.provenance
+    if provenance and not provenance.get("complete"):
+        return f"{len(run.records)} episodes, **incomplete**: {incomplete_note(provenance)}"
+    return f"{len(run.records)} episodes"
 
 
 def _env_defaults(env_id: str) -> dict[str, Any]:
@@ -90,6 +106,28 @@ def _accuracy(records: Sequence[Mapping[str, Any]]) -> float | None:
     return 100 * sum(bool(r.get("correct")) for r in records) / len(records) if records else None
 
 
+def _accuracy_bars(
+    cells: Sequence[Sequence[Mapping[str, Any]]],
+) -> tuple[list[float | None], list[float | None], list[int | None]]:
+    """Accuracy (%), the 95% interval's half-width (%, over tasks) and n (tasks) of each cell's records."""
+    values, errors, counts = [], [], []
+    for records in cells:
+        interval = mean_interval(per_task_means((task_key(r), bool(r.get("correct"))) for r in records))
+        values.append(_accuracy(records))
+        errors.append(None if interval["half_width"] is None else 100 * interval["half_width"])
+        counts.append(interval["n"] or None)
+    return values, errors, counts
+
+
+def _bar_data(categories: list[str], cells: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]) -> BarData:
+    series: Series = {}
+    errors: Series = {}
+    counts: dict[str, list[int | None]] = {}
+    for name, per_category in cells.items():
+        series[name], errors[name], counts[name] = _accuracy_bars(per_category)
+    return categories, series, errors, counts
+
+
 def _varying(runs: Sequence[Run], exclude: str) -> list[str]:
     keys = sorted({key for run in runs for key in run.settings} - {exclude})
     return [key for key in keys if len({json.dumps(run.settings.get(key)) for run in runs}) > 1]
@@ -99,7 +137,7 @@ def _label(run: Run, keys: Sequence[str]) -> str:
     return " · ".join(str(run.settings.get(key)) for key in keys) or "all runs"
 
 
-def accuracy_by_setting(runs: Sequence[Run], key: str) -> tuple[list[str], Series] | None:
+def accuracy_by_setting(runs: Sequence[Run], key: str) -> BarData | None:
     """Categories = the values of ``key`` among the runs; one series per combination of the other
     settings that vary; runs falling in one cell are pooled. None when fewer than two values occur."""
     values = list(dict.fromkeys(str(run.settings.get(key)) for run in runs))
@@ -110,15 +148,13 @@ def accuracy_by_setting(runs: Sequence[Run], key: str) -> tuple[list[str], Serie
     for run in runs:
         cells.setdefault((_label(run, varying), str(run.settings.get(key))), []).extend(run.records)
     labels = list(dict.fromkeys(label for label, _ in cells))
-    return values, {label: [_accuracy(cells.get((label, value), [])) for value in values] for label in labels}
+    return _bar_data(values, {label: [cells.get((label, value), []) for value in values] for label in labels})
 
 
-def accuracy_by_hops(runs: Sequence[Run]) -> tuple[list[str], Series]:
+def accuracy_by_hops(runs: Sequence[Run]) -> BarData:
     hops = sorted({r["hops"] for run in runs for r in run.records if r.get("hops") is not None})
-    series = {
-        run.name: [_accuracy([r for r in run.records if r.get("hops") == h]) for h in hops] for run in runs
-    }
-    return [str(h) for h in hops], series
+    cells = {run.name: [[r for r in run.records if r.get("hops") == h] for h in hops] for run in runs}
+    return _bar_data([str(h) for h in hops], cells)
 
 
 def invocation_error_rates(runs: Sequence[Run]) -> tuple[list[str], Series]:
@@ -177,30 +213,70 @@ def series_table(first: str, categories: Sequence[str], series: Mapping[str, Seq
     return "\n".join(lines)
 
 
+def interval_table(
+    first: str, categories: Sequence[str], errors: Series, counts: Mapping[str, Sequence[int | None]]
+) -> str:
+    """The error bars of a chart: ``± half-width (n=...)`` per bar, laid out as :func:`series_table`."""
+    names = list(errors)
+    lines = [f"| {first} | " + " | ".join(names) + " |", "|---|" + "---:|" * len(names)]
+    for index, category in enumerate(categories):
+        cells = []
+        for name in names:
+            half, n = errors[name][index], counts[name][index]
+            cells.append("–" if n is None else ("" if half is None else f"± {half:.2f} ") + f"(n={n})")
+        lines.append(f"| {category} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def _section(
     out: Path,
     heading: str,
     png: str,
     axis: tuple[str, str],
-    data: tuple[list[str], Series] | None,
+    data: tuple[list[str], Series] | BarData | None,
     why_not: str,
 ) -> list[str]:
     lines = [f"## {heading}", ""]
     if data is None:
         return [*lines, f"Not drawn: {why_not}.", ""]
-    categories, series = data
-    grouped_bars(out / png, heading, axis[0], axis[1], categories, series)
-    return [*lines, series_table(axis[0], categories, series), "", f"![{heading}]({png})", ""]
+    categories, series = data[0], data[1]
+    note: list[str] = []
+    if len(data) == 4:
+        errors, counts = data[2], data[3]
+        grouped_bars(out / png, heading, axis[0], axis[1], categories, series, errors, counts)
+        caption = "Error bars (95% interval over tasks, ± half-width) and n (tasks per bar):"
+        note = [caption, "", interval_table(axis[0], categories, errors, counts), ""]
+    else:
+        grouped_bars(out / png, heading, axis[0], axis[1], categories, series)
+    figure = f"![{heading}]({png}) ([SVG]({Path(png).with_suffix('.svg')}))"
+    return [*lines, series_table(axis[0], categories, series), "", *note, figure, ""]
 
 
-def write_report(folders: Sequence[Path], out: Path, error_set: str = "invocation") -> Path:
-    """Write ``out/report.md`` and its PNG plots for the given run folders; return the Markdown path."""
+def run_labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[str]:
+    """The runs' names in tables and legends: ``labels`` (one per folder, distinct), else folder names."""
+    if not labels:
+        return run_names(folders)
+    if len(labels) != len(folders) or len(set(labels)) != len(labels):
+        raise ConfigError(
+            f"--label needs one distinct label per run folder ({len(folders)}), got {list(labels)}"
+        )
+    return list(labels)
+
+
+def write_report(
+    folders: Sequence[Path], out: Path, error_set: str = "invocation", labels: Sequence[str] | None = None
+) -> Path:
+    """Write ``out/report.md`` and its figures (SVG and PNG) for the given run folders, named by ``labels``
+    when given; return the Markdown path."""
     if not folders:
         raise DataError("the report needs at least one run folder")
-    runs = [load_run(Path(folder), name) for folder, name in zip(folders, run_names(folders), strict=True)]
+    names = run_labels(folders, labels)
+    runs = [load_run(Path(folder), name) for folder, name in zip(folders, names, strict=True)]
     out.mkdir(parents=True, exist_ok=True)
     lines = ["# hopgym report", ""]
-    lines += [f"- `{run.name}`: {run_title(run.summary)} ({len(run.records)} episodes)" for run in runs]
+    lines += [f"- `{run.name}`: {run_title(run.summary)} ({_episodes_note(run)})" for run in runs]
+    warnings = comparison_warnings({run.name: run.provenance for run in runs})
+    lines += ["", *(f"> **Warning:** {warning}." for warning in warnings)] if warnings else []
     lines += ["", "## Table 4 columns", "", markdown_table({run.name: run.summary for run in runs}), ""]
     pct = "answer correctness (%)"
     by_hops = accuracy_by_hops(runs)

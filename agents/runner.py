@@ -2,8 +2,12 @@
 
 Model calls are asyncio coroutines; env resets and steps (sandboxed tool calls) run in worker threads,
 one env per concurrent episode, so a slow tool never blocks the model calls of other episodes. Finished
-episodes are appended to ``episodes.jsonl`` at once; ``resume`` skips the task ids already there. A
-model-server or sandbox failure ends only its episode, recorded with the reason.
+episodes are appended to ``episodes.jsonl`` at once; ``resume`` skips the (task id, sample) pairs already
+there. A model-server or sandbox failure ends only its episode, recorded with the reason.
+
+With ``samples`` K each selected task runs K times; sample k resets its env with seed ``seed + k`` and, when
+the model config carries a ``seed``, asks the model with ``seed + k`` too, so the samples differ and each
+is reproducible.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -25,12 +29,14 @@ from tqdm import tqdm
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
 from hopgym.agents.model import ModelClient, ModelConfig
+from hopgym.agents.provenance import finish_provenance, start_provenance
 from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
 from hopgym.options import check_env_options
 from hopgym.sandbox.base import Sandbox
+from hopgym.tasks.sampling import stratified_sample, task_stratum
 
 RUN_FILE = "run.json"
 SUMMARY_JSON = "summary.json"
@@ -50,10 +56,24 @@ class EvalConfig:
     agent_options: Mapping[str, Any] = field(default_factory=dict)
     concurrency: int = 8
     limit: int | None = None
+    sample: int | None = None
+    """Run a stratified sample of this many tasks (see :func:`stratified_sample`) instead of all."""
+    seed: int = 0
+    """Seeds the stratified sample and, plus the sample number, each episode's reset."""
+    samples: int = 1
+    """Episodes per task."""
     resume: bool = False
     progress: bool = True
 
     def run_identity(self) -> dict[str, Any]:
+        """Settings a resumed run must share; the newer ones appear only when set, so a run folder made
+        before they existed still resumes."""
+        optional = {
+            "sample": self.sample,
+            "seed": self.seed or None,
+            "samples": self.samples if self.samples != 1 else None,
+            "model_extra": dict(self.model.extra) or None,
+        }
         return {
             "env": self.env_id,
             "env_kwargs": dict(self.env_kwargs),
@@ -63,7 +83,21 @@ class EvalConfig:
             "temperature": self.model.temperature,
             "max_tokens": self.model.max_tokens,
             "tool_choice_substitutes": dict(self.model.tool_choice_substitutes),
+            **{key: value for key, value in optional.items() if value is not None},
         }
+
+
+def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
+    """The model config of sample ``sample``: its ``seed`` (when it has one) moved on by the sample."""
+    seed = model.extra.get("seed")
+    if sample == 0 or not isinstance(seed, int):
+        return model
+    return replace(model, extra={**model.extra, "seed": seed + sample})
+
+
+def episode_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """What identifies an episode in a run: its task and its sample (records from before samples: 0)."""
+    return str(record["task_id"]), int(record.get("sample") or 0)
 
 
 class EnvPool:
@@ -138,14 +172,22 @@ class EvalRun:
             raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
         if config.limit is not None and config.limit < 1:
             raise ConfigError(f"--limit must be at least 1, got {config.limit}")
+        if config.samples < 1:
+            raise ConfigError(f"--samples must be at least 1, got {config.samples}")
+        if config.limit is not None and config.sample is not None:
+            raise ConfigError("--limit and --sample both choose the tasks; pass one of them")
         check_env_options(config.env_id, config.env_kwargs)
         self.config = config
         self.out = Path(config.out)
         self.episodes_path = self.out / EPISODES_FILE
-        self._client = ModelClient(config.model)
-        self._make_agent: Callable[[], Agent] = agent_factory(
-            config.agent, self._client, config.agent_options
-        )
+        clients: dict[Any, ModelClient] = {}  # one client per distinct model seed
+        self._make_agent: list[Callable[[], Agent]] = []
+        for sample in range(config.samples):
+            model = sample_model(config.model, sample)
+            seed = model.extra.get("seed")
+            if seed not in clients:
+                clients[seed] = ModelClient(model)
+            self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
         self._executor = ThreadPoolExecutor(
             max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env"
         )
@@ -153,6 +195,7 @@ class EvalRun:
         self._finished = 0
         self._correct = 0
         self._errors = 0
+        self._provenance: dict[str, Any] = {}
 
     # -- preparation -------------------------------------------------------------------------------
 
@@ -161,11 +204,19 @@ class EvalRun:
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
-    def _open_folder(self) -> list[dict[str, Any]]:
-        """Create the run folder (options and data are checked by now); return the records already there."""
+    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
+        """Create the run folder (options and data are checked by now) with its run.json (identity and
+        provenance); return the records already there."""
+        run_file = self.out / RUN_FILE
+        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
+        self._provenance = start_provenance(env.unwrapped, expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
-        (self.out / RUN_FILE).write_text(json.dumps(self.config.run_identity(), indent=2) + "\n")
+        self._write_run_file()
         return read_episodes(self.episodes_path, repair=True)
+
+    def _write_run_file(self) -> None:
+        run = {**self.config.run_identity(), "provenance": self._provenance}
+        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
 
     def _make_env(self) -> gym.Env:
         # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
@@ -179,7 +230,7 @@ class EvalRun:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
 
-    async def _episode(self, pool: EnvPool, index: int, task_id: str) -> dict[str, Any]:
+    async def _episode(self, pool: EnvPool, index: int, task_id: str, sample: int) -> dict[str, Any]:
         """Run one episode to its end and return its record; any exception ends only this episode,
         recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
         started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
@@ -190,12 +241,14 @@ class EvalRun:
         turns = parallel_turns = 0
         reward, terminated, truncated, error = 0.0, False, False, None
         try:
-            agent = self._make_agent()
+            agent = self._make_agent[sample]()
             env = await pool.acquire()
             healthy = True
             try:
                 started = time.perf_counter()
-                observation, info = await self._in_thread(env.reset, options={"index": index})
+                observation, info = await self._in_thread(
+                    env.reset, seed=self.config.seed + sample, options={"index": index}
+                )
                 while not (terminated or truncated):
                     action = await agent.act(observation, info)
                     if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
@@ -217,6 +270,8 @@ class EvalRun:
         return {
             "task_id": task_id,
             "index": index,
+            "sample": sample,
+            "seed": self.config.seed + sample,
             "reward": float(reward),
             "correct": bool(info.get("correct", False)) if terminated else False,
             "terminated": bool(terminated),
@@ -241,13 +296,13 @@ class EvalRun:
         self._correct += bool(record.get("correct"))
         self._errors += record.get("error") is not None
 
-    async def _run(self, first_env: gym.Env, pending: list[tuple[int, str]], bar: tqdm) -> None:
+    async def _run(self, first_env: gym.Env, pending: list[tuple[int, str, int]], bar: tqdm) -> None:
         pool = EnvPool(self._make_env, min(self.config.concurrency, len(pending)), first_env, self._in_thread)
         writer = EpisodeWriter(self.episodes_path)
         episodes: list[asyncio.Future[dict[str, Any]]] = []
         try:
             await pool.fill()
-            episodes = [asyncio.ensure_future(self._episode(pool, index, tid)) for index, tid in pending]
+            episodes = [asyncio.ensure_future(self._episode(pool, *episode)) for episode in pending]
             for finished in asyncio.as_completed(episodes):
                 record = await finished
                 writer.write(record)
@@ -277,11 +332,10 @@ class EvalRun:
         self._check_folder()
         first_env = self._make_env()
         try:
-            previous = self._open_folder()
-            tasks = first_env.unwrapped.tasks
-            selected = [(index, str(task.id)) for index, task in enumerate(tasks)][: self.config.limit]
-            done = {str(record["task_id"]) for record in previous}
-            pending = [(index, task_id) for index, task_id in selected if task_id not in done]
+            selected = self._select(first_env.unwrapped.tasks)
+            previous = self._open_folder(first_env, len(selected))
+            done = {episode_key(record) for record in previous}
+            pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:
                 self._count(record)
             bar = tqdm(
@@ -298,15 +352,37 @@ class EvalRun:
         finally:
             first_env.close()
             self._executor.shutdown(wait=True, cancel_futures=True)
+        wanted = {(task_id, sample) for _, task_id, sample in selected}
+        recorded = wanted & {episode_key(record) for record in read_episodes(self.episodes_path)}
+        self._provenance = finish_provenance(self._provenance, len(recorded))
+        self._write_run_file()
         return self.write_summary()
+
+    def _select(self, tasks: Sequence[Any]) -> list[tuple[int, str, int]]:
+        """(index, task id, sample) of every episode this run holds: the first ``limit`` tasks, or a
+        stratified ``sample`` of them, or all, each ``samples`` times."""
+        indices = list(range(len(tasks)))[: self.config.limit]
+        if self.config.sample is not None:
+            indices = stratified_sample(
+                [task_stratum(task) for task in tasks], self.config.sample, self.config.seed
+            )
+        return [(i, str(tasks[i].id), k) for i in indices for k in range(self.config.samples)]
 
     def write_summary(self) -> dict[str, Any]:
         records = read_episodes(self.episodes_path)
-        summary = summarize(records, run={**self.config.run_identity(), "out": str(self.out)})
-        (self.out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
-        table = markdown_table({run_title(summary): summary})
-        (self.out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
-        return summary
+        run = {**self.config.run_identity(), "out": str(self.out), "provenance": self._provenance}
+        return write_summary_files(self.out, records, run)
+
+
+def write_summary_files(
+    out: Path, records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
+    summary = summarize(records, run=run)
+    (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    table = markdown_table({run_title(summary): summary})
+    (out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
+    return summary
 
 
 def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:

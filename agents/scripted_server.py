@@ -30,6 +30,8 @@ class ScriptedReply:
     delay: float = 0.0
     prompt_tokens: int = 10
     completion_tokens: int = 5
+    finish_reason: str | None = None
+    """Sent as given (e.g. ``"length"``: cut at the token cap); None: ``tool_calls`` or ``stop``."""
 
 
 Script = Callable[[dict[str, Any]], ScriptedReply]
@@ -138,7 +140,7 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                    "finish_reason": reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop"),
                 }
             ],
             "usage": {

@@ -3,6 +3,9 @@
 The Table 4 numbers come from the env layer's ``table4_metrics`` (one definition for the whole project);
 this module adds what the runner knows (parallel calls, turns, tokens, protocol failures, errors) and the
 mean of each per-episode ``metrics`` value an env reports (e.g. FamilyTool's), under the same keys.
+
+Every per-episode headline metric also gets a 95% interval (``intervals``, over tasks: see
+:mod:`hopgym.agents.stats`), and with several samples per task pass@k and pass^k.
 """
 
 from __future__ import annotations
@@ -11,9 +14,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.agents.cost import token_cost
+from hopgym.agents.stats import mean_interval, pass_k_table, per_task_means
+from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 
-# (label, key, kind): "pct" values are fractions shown ×100, "num" and "text" values are shown as they are.
+# (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num" and
+# "text" values as they are.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Protocol", "protocol", "text"),
     ("Answer correctness", "answer_correctness", "pct"),
@@ -31,9 +37,54 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
     ("Episodes with errors", "errors", "num"),
     ("Protocol parse failures", "parse_failures", "num"),
     ("Tool calls recovered from text", "raw_json_tool_calls", "num"),
+    ("Replies cut off by max tokens", "cut_off_replies", "num"),
     ("Prompt tokens", "prompt_tokens", "num"),
     ("Completion tokens", "completion_tokens", "num"),
+    ("Cost (USD, litellm price map)", "cost_usd", "usd"),
 )
+
+
+def _episode_values(record: Mapping[str, Any]) -> dict[str, float]:
+    """The per-episode value behind each headline metric whose summary value is a mean over episodes."""
+    errors = set().union(*(call_error_types(call) for call in record.get("calls") or ()))
+    values = {
+        "answer_correctness": float(bool(record.get("correct"))),
+        "invocation_error_query": float(bool(errors)),
+        **{f"{kind}_query": float(kind in errors) for kind in INVOCATION_ERROR_TYPES},
+        "parallel_call_rate": float(bool(record.get("parallel_turns"))),
+        "mean_turns": float(record.get("turns", 0)),
+        "mean_calls": float(len(record.get("calls") or ())),
+    }
+    for key, value in (record.get("metrics") or {}).items():
+        if isinstance(value, (int, float)):  # as in _episode_metric_means: None is not applicable
+            values[key] = float(value)
+    return values
+
+
+def task_key(record: Mapping[str, Any]) -> str:
+    """The task an episode record belongs to (its samples share it)."""
+    return str(record.get("task_id"))
+
+
+def metric_intervals(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """A 95% interval for every per-episode metric, over per-task means (samples of a task averaged)."""
+    pairs: dict[str, list[tuple[str, float]]] = {}
+    for record in records:
+        for key, value in _episode_values(record).items():
+            pairs.setdefault(key, []).append((task_key(record), value))
+    return {key: mean_interval(per_task_means(items)) for key, items in pairs.items()}
+
+
+def sample_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Tasks, samples per task (the fewest), pass@k and pass^k for every k up to it."""
+    by_task: dict[str, list[bool]] = {}
+    for record in records:
+        by_task.setdefault(task_key(record), []).append(bool(record.get("correct")))
+    return {
+        "tasks": len(by_task),
+        "samples_per_task": min((len(v) for v in by_task.values()), default=0),
+        **pass_k_table(by_task),
+    }
 
 
 def run_protocol(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str | None:
@@ -75,35 +126,61 @@ def summarize(records: Iterable[Mapping[str, Any]], run: Mapping[str, Any] | Non
         raw_json_tool_calls=sum(stats.get("raw_json_tool_calls", 0) for stats in agent_stats),
         prompt_tokens=sum(stats.get("prompt_tokens", 0) for stats in agent_stats),
         completion_tokens=sum(stats.get("completion_tokens", 0) for stats in agent_stats),
+        cut_off_replies=sum(stats.get("cut_off_replies", 0) for stats in agent_stats),
     )
     episode_metrics = _episode_metric_means(records)
     summary.update(episode_metrics, episode_metrics=sorted(episode_metrics))
+    summary.update(sample_statistics(records), intervals=metric_intervals(records))
+    summary["cost_usd"] = token_cost(
+        (run or {}).get("model"), summary["prompt_tokens"], summary["completion_tokens"]
+    )
     return summary
 
 
-def _cell(value: Any, kind: str) -> str:
+def _cell(value: Any, kind: str, interval: Mapping[str, Any] | None = None) -> str:
     if value is None:
         return "–"
     if kind == "pct":
-        return f"{100 * value:.2f}"
+        half = (interval or {}).get("half_width")
+        return f"{100 * value:.2f}" + (f" ± {100 * half:.2f}" if half is not None else "")
     if kind == "text":
         return str(value)
-    return f"{value:.2f}" if isinstance(value, float) else str(value)
+    if kind == "usd":
+        return f"{value:.6f}"
+    if isinstance(value, float):
+        half = (interval or {}).get("half_width")
+        return f"{value:.2f}" + (f" ± {half:.2f}" if half is not None else "")
+    return str(value)
 
 
 def markdown_table(summaries: Mapping[str, Mapping[str, Any]]) -> str:
-    """One column per run (name → summary); fractions print ×100. Env-specific metrics get rows too."""
+    """One column per run (name → summary); fractions print ×100, with ± the 95% interval's half-width
+    where the summary has one. Env-specific metrics and pass@k / pass^k (k > 1) get rows too."""
     names = list(summaries)
     known = {key for _, key, _ in TABLE_ROWS}
     extra = sorted({key for s in summaries.values() for key in s.get("episode_metrics", ())} - known)
     rows = [*TABLE_ROWS, *((key.replace("_", " "), key, "pct") for key in extra)]
+    ks = sorted({int(k) for s in summaries.values() for k in s.get("pass_at_k", {}) if int(k) > 1})
+    rows += [(f"{name}{k}", f"{key}.{k}", "pct") for k in ks for name, key in _PASS_ROWS]
     lines = [
         "| Metric | " + " | ".join(names) + " |",
         "|---|" + "---:|" * len(names),
     ]
     for label, key, kind in rows:
-        lines.append(f"| {label} | " + " | ".join(_cell(summaries[n].get(key), kind) for n in names) + " |")
+        cells = (
+            _cell(_value(summaries[n], key), kind, summaries[n].get("intervals", {}).get(key)) for n in names
+        )
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+_PASS_ROWS = (("pass@", "pass_at_k"), ("pass^", "pass_hat_k"))
+
+
+def _value(summary: Mapping[str, Any], key: str) -> Any:
+    """``summary[key]``, or ``summary[outer][inner]`` for a dotted key such as ``pass_at_k.2``."""
+    outer, _, inner = key.partition(".")
+    return (summary.get(outer) or {}).get(inner) if inner else summary.get(key)
 
 
 def run_title(summary: Mapping[str, Any]) -> str:

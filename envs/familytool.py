@@ -35,7 +35,13 @@ from hopgym.envs.feedback import check_feedback_mode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.familytool import EXTRA_INFO_MARKER, FamilyToolTask, load_family_kg, load_familytool
+from hopgym.tasks.familytool import (
+    EXTRA_INFO_MARKER,
+    FamilyToolTask,
+    familytool_data_file,
+    load_family_kg,
+    load_familytool,
+)
 from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
 from hopgym.tasks.kg_tools import generate_kg_tools
 
@@ -122,6 +128,8 @@ class FamilyToolEnv(ChatToolEnv):
         self.top_k = top_k
         self._call_timeout = call_timeout
         self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
+        self.data_files = (familytool_data_file(variant, data_path).resolve(),)
+        """The files the tasks come from (a run records their sha256)."""
         self.kg = load_family_kg(variant, kg_path)
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         self._runtime: KGToolRuntime | None = None

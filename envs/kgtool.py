@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from hopgym.envs.chat import (
@@ -92,6 +93,8 @@ class KGToolEnv(ChatToolEnv):
         self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
         self.source = load_kg_source(*self._source_args)
         self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
+        self.data_files = (Path(data_path).resolve(),) if data_path is not None else ()
+        """The files the tasks come from (a run records their sha256); none when sampled here."""
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
         unknown = sorted({name for task in self.tasks for name in task.tool_names} - set(self._tool_schemas))

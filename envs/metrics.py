@@ -14,7 +14,8 @@ from typing import Any
 INVOCATION_ERROR_TYPES = ("tool_hallucination", "parameter_hallucination", "parameter_missing")
 
 
-def _call_errors(call: Mapping[str, Any]) -> set[str]:
+def call_error_types(call: Mapping[str, Any]) -> set[str]:
+    """The invocation error types one call record carries (none for a well-formed call)."""
     errors = set(call.get("errors") or ())
     errors.add(call.get("status", "ok"))
     return errors & set(INVOCATION_ERROR_TYPES)
@@ -33,9 +34,9 @@ def table4_metrics(episodes: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
     """
     records: Sequence[Mapping[str, Any]] = list(episodes)
     calls = [call for record in records for call in record.get("calls") or ()]
-    per_call = [_call_errors(call) for call in calls]
+    per_call = [call_error_types(call) for call in calls]
     per_query = [
-        set().union(*(_call_errors(call) for call in record.get("calls") or ())) for record in records
+        set().union(*(call_error_types(call) for call in record.get("calls") or ())) for record in records
     ]
     metrics: dict[str, Any] = {
         "episodes": len(records),

@@ -88,6 +88,13 @@ Scorer = Callable[[str, Sequence[Mapping[str, Any]]], bool]
 SCORERS: dict[str, Scorer] = {"official": official_answer_correct, "normalized": normalized_answer_correct}
 
 
+def episode_correct(scorer: Scorer, official: bool, gold: str, messages: Sequence[Mapping[str, Any]]) -> bool:
+    """An ended episode's verdict: the official protocol's rule may read the tool message before the
+    answer; under the hopgym protocol that message is hopgym's own text, which the official code never
+    shows, so the answer alone is scored. (``hopgym rescore`` applies the same rule to saved messages.)"""
+    return scorer(gold, messages if official else messages[-1:])
+
+
 def get_scorer(name: str) -> Scorer:
     """The scorer called ``name``; a clear error lists the valid names."""
     try:

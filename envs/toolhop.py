@@ -18,7 +18,7 @@ from hopgym.envs.chat import (
 from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import check_feedback_mode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
-from hopgym.envs.scoring import get_scorer
+from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop_official import (
     OFFICIAL_CALL_TIMEOUT,
     OFFICIAL_SAMPLING,
@@ -29,6 +29,7 @@ from hopgym.errors import ConfigError
 from hopgym.sandbox.base import LoadResult, Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop_data import resolve_toolhop_path
 from hopgym.tasks.toolhop_official import official_prompt_templates
 
 PROTOCOLS = ("official", "hopgym")
@@ -75,6 +76,8 @@ class ToolHopEnv(ChatToolEnv):
         self._call_timeout = call_timeout
         super().__init__(max_turns)
         self.tasks: list[Task] = load_toolhop(data_path)
+        self.data_files = (resolve_toolhop_path(data_path).resolve(),)
+        """The files the tasks come from (a run records their sha256)."""
         self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
         if scenario != "direct":
@@ -129,10 +132,7 @@ class ToolHopEnv(ChatToolEnv):
         # The official direct scenario makes one model call: its reply is final whatever it holds.
         if not calls or (self._official and self.scenario == "direct"):
             self._done = True
-            # The official rule may read the tool message before the answer; under the hopgym protocol
-            # that message is hopgym's own text, which the official code never shows: the answer alone.
-            scored = self._messages if self._official else self._messages[-1:]
-            correct = self._score(self._task.answer, scored)
+            correct = episode_correct(self._score, self._official, self._task.answer, self._messages)
             info = self._info([])
             info.update(correct=correct, answer=self._task.answer)
             return self._observation(), float(correct), True, False, info

@@ -16,6 +16,8 @@ COMMAND_MODULES = (
     "hopgym.commands.eval",
     "hopgym.commands.serve",
     "hopgym.commands.report",
+    "hopgym.commands.rescore",
+    "hopgym.commands.data",
     "hopgym.commands.sandbox",
     "hopgym.commands.tools",
     "hopgym.commands.kg2tool",

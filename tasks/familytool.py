@@ -13,6 +13,7 @@ import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 from hopgym.errors import ConfigError, DataError
@@ -90,10 +91,15 @@ class FamilyToolTask:
         return tuple(e for e in self.gold_entities if e in self.gold_call_text)
 
 
+def familytool_data_file(variant: str, data_path: str | os.PathLike[str] | None = None) -> Path:
+    """The path of familytool-{variant}.jsonl: ``data_path``, else under ``$HOPGYM_DATA/familytool/``."""
+    _check_variant(variant)
+    return resolve_data_file(data_path, DATA_FOLDER, f"familytool-{variant}.jsonl")
+
+
 def load_familytool(variant: str, data_path: str | os.PathLike[str] | None = None) -> list[FamilyToolTask]:
     """All rows of familytool-{variant}.jsonl; ``data_path`` defaults to ``$HOPGYM_DATA/familytool/``."""
-    _check_variant(variant)
-    path = resolve_data_file(data_path, DATA_FOLDER, f"familytool-{variant}.jsonl")
+    path = familytool_data_file(variant, data_path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except OSError as exc:

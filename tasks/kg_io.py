@@ -66,15 +66,21 @@ def read_triples_file(path: str | Path) -> list[Triple]:
 
 
 def resolve_data_file(explicit: str | os.PathLike[str] | None, folder: str, filename: str) -> Path:
-    """The explicit path when given, else ``$HOPGYM_DATA/<folder>/<filename>``; it must exist."""
+    """The explicit path when given, else ``$HOPGYM_DATA/<folder>/<filename>``, else the download cache
+    (``hopgym data download``); it must exist."""
+    from hopgym.tasks.downloads import data_cache_root
+
     if explicit is not None:
         path = Path(explicit)
     elif os.environ.get("HOPGYM_DATA"):
         path = Path(os.environ["HOPGYM_DATA"]) / folder / filename
+    elif (data_cache_root() / folder / filename).exists():
+        path = data_cache_root() / folder / filename
     else:
         raise DataError(
-            f"no path given for {folder}/{filename} and HOPGYM_DATA is not set: pass the path explicitly "
-            f"or set HOPGYM_DATA to the folder that holds {folder}/"
+            f"no path given for {folder}/{filename}, HOPGYM_DATA is not set and the download cache "
+            f"{data_cache_root()} has no {folder}/: run `hopgym data download {folder}`, pass the path "
+            f"explicitly or set HOPGYM_DATA to the folder that holds {folder}/"
         )
     if not path.exists():
         raise DataError(f"{path} does not exist (looked for {folder}/{filename})")

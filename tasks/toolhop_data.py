@@ -17,7 +17,7 @@ HUB_REVISION = "b439d7279af359fda46e8117ae4f0245b75f5c6b"
 HUB_SHA256 = "0a51f71a44b7025645e452123af3caf2e348301922af91778e268db0188a7fab"
 """The pinned upstream file (995 rows); a download with another digest is rejected."""
 
-DATA_DIR_FILENAMES = ("toolhop_subset100.jsonl", "ToolHop.json")
+DATA_DIR_FILENAMES = ("toolhop_subset100.jsonl", "ToolHop.json", HUB_FILENAME)
 """Files looked for in ``$HOPGYM_DATA/toolhop/``, in this order."""
 
 

@@ -11,6 +11,7 @@ import pytest
 
 from hopgym.agents.ablation import table5_markdown
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.prompts import SYSTEM_PROMPTS
@@ -107,6 +108,12 @@ def records(folder: Path) -> dict[int, dict[str, Any]]:
     return {record["index"]: record for record in map(json.loads, lines)}
 
 
+def correctness_cell(outcomes: list[bool]) -> str:
+    """A table cell of answer correctness: percent ± the 95% interval's half-width, by reference."""
+    interval = mean_interval([float(o) for o in outcomes])
+    return f"{100 * interval['mean']:.2f} ± {100 * interval['half_width']:.2f}"
+
+
 def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_computed_row(
     ablation_runs: Path,
 ) -> None:
@@ -122,7 +129,9 @@ def test_feedback_ablation_runs_both_modes_and_its_table5_matches_the_hand_compu
         assert by_index[4]["calls"][0]["status"] == "invalid_arguments"
     table = (out / "ablation.md").read_text()
     assert TABLE5_ROW in table
-    assert "| Answer correctness | 80.00 | 40.00 |" in table  # Table 4 columns, all five tasks
+    cells = [correctness_cell([o[position] for o in FEEDBACK_OUTCOMES.values()]) for position in (0, 1)]
+    assert cells[0].startswith("80.00 ± ") and cells[1].startswith("40.00 ± ")
+    assert f"| Answer correctness | {cells[0]} | {cells[1]} |" in table  # Table 4 columns, all five tasks
     assert TABLE5_FAILED_ROW in table5_markdown(out / "detailed", out / "minimal", error_set="failed")
 
 
@@ -139,7 +148,9 @@ def test_frameworks_ablation_writes_table11(ablation_runs: Path) -> None:
 def test_scenarios_ablation_puts_the_three_scenarios_side_by_side(ablation_runs: Path) -> None:
     table = (ablation_runs / "scenarios" / "ablation.md").read_text()
     assert "| Metric | direct | mandatory | free |" in table
-    assert "| Answer correctness | 33.33 | 66.67 | 100.00 |" in table
+    cells = [correctness_cell([i in SCENARIO_CORRECT[s] for i in range(3)]) for s in SCENARIO_CORRECT]
+    assert [cell.split(" ±")[0] for cell in cells] == ["33.33", "66.67", "100.00"]
+    assert f"| Answer correctness | {' | '.join(cells)} |" in table
     direct = records(ablation_runs / "scenarios" / "direct")
     assert all(record["calls"] == [] for record in direct.values())
 

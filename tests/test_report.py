@@ -12,6 +12,7 @@ from test_ablate_scripted import FRAMEWORK_CORRECT, POLICIES, SCENARIO_CORRECT, 
 
 from hopgym.agents.plots import grouped_bars
 from hopgym.agents.report import run_names
+from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 
@@ -116,3 +117,39 @@ def test_runs_with_one_folder_name_are_told_apart_by_their_parents(tmp_path: Pat
 def test_a_bar_chart_refuses_mismatched_series(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="2 values for 3 categories"):
         grouped_bars(tmp_path / "x.png", "t", "x", "y", ["a", "b", "c"], {"s": [1.0, 2.0]})
+
+
+def test_figures_are_svg_and_300_dpi_png_with_error_bars_n_and_labels(runs: Path, tmp_path: Path) -> None:
+    labels = [
+        "Direct answers",
+        "Free tool use",
+        "Mandatory tools",
+    ]  # the arms, sorted: direct, free, mandatory
+    folders = arms(runs, "scenarios")
+    assert main(["report", *folders, "--out", str(tmp_path), *(f"--label={label}" for label in labels)]) == 0
+    text = (tmp_path / "report.md").read_text()
+    with Image.open(tmp_path / "accuracy_by_hops.png") as image:
+        assert image.info["dpi"] == pytest.approx((300, 300), abs=0.01)
+    svg = (tmp_path / "accuracy_by_hops.svg").read_text()
+    assert svg.lstrip().startswith("<?xml") and "<svg" in svg
+    for label in labels:
+        assert f">{label}</text>" in svg  # the legend names the runs by their labels
+        assert f"| {label} |" in text or f" {label} |" in text
+    assert "n=" in svg and "](accuracy_by_hops.svg)" in text
+    # The error-bar table: per run and hop count, the 95% interval over that run's tasks, by reference.
+    scenarios = ("direct", "free", "mandatory")
+    for hops in sorted({TASKS[i].hops for i in range(3)}):
+        cells = []
+        for scenario in scenarios:
+            values = [float(i in SCENARIO_CORRECT[scenario]) for i in range(3) if TASKS[i].hops == hops]
+            half = mean_interval(values)["half_width"]
+            cells.append(("" if half is None else f"± {100 * half:.2f} ") + f"(n={len(values)})")
+        assert f"| {hops} | {' | '.join(cells)} |" in text
+
+
+def test_labels_must_match_the_run_folders(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    folders = arms(runs, "scenarios")
+    assert main(["report", *folders, "--label", "only one"]) == 2
+    assert "--label needs one distinct label per run folder (3)" in capsys.readouterr().err

@@ -17,6 +17,7 @@ import pytest
 from hopgym.agents.model import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.commands.eval import parse_key_values
 from hopgym.envs.metrics import table4_metrics
@@ -82,7 +83,12 @@ def test_a_run_writes_one_record_per_task_and_consistent_summaries(tmp_path: Pat
     assert summary["parallel_call_rate"] == 0.0 and summary["errors"] == 0
     assert {k: summary[k] for k in table4_metrics(records)} == table4_metrics(records)
     assert json.loads((tmp_path / "run" / "summary.json").read_text()) == summary
-    assert "| Answer correctness | 50.00 |" in (tmp_path / "run" / "summary.md").read_text()
+    half = summary["intervals"]["answer_correctness"]["half_width"]
+    assert (
+        half > 0
+        and f"| Answer correctness | 50.00 ± {100 * half:.2f} |"
+        in (tmp_path / "run" / "summary.md").read_text()
+    )
 
 
 def test_a_model_server_failure_marks_only_that_episode(tmp_path: Path) -> None:
@@ -153,7 +159,8 @@ def test_report_prints_runs_side_by_side(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["report", str(tmp_path / "every-second"), str(tmp_path / "all")]) == 0
     output = capsys.readouterr().out
     assert "| Metric | every-second | all |" in output
-    assert "| Answer correctness | 50.00 | 100.00 |" in output
+    half = 100 * mean_interval([1, 0, 1, 0])["half_width"]  # every second task right; the other run: all
+    assert f"| Answer correctness | 50.00 ± {half:.2f} | 100.00 ± 0.00 |" in output
 
 
 def test_key_value_options_parse_json_values() -> None:

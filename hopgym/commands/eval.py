@@ -62,6 +62,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--concurrency", type=int, help="episodes run at once (default: 8; 1 for the local model)"
     )
     parser.add_argument("--limit", type=int, help="run only the first N tasks")
+    parser.add_argument(
+        "--sample", type=int, metavar="N", help="run N tasks drawn stratified over hops / patterns / domains"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of --sample and of each episode (default: 0)"
+    )
+    parser.add_argument(
+        "--samples", type=int, default=1, metavar="K", help="episodes per task, for pass@k (default: 1)"
+    )
     parser.add_argument("--resume", action="store_true", help="continue OUT, skipping finished episodes")
     parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
     parser.add_argument(
@@ -74,6 +83,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--timeout", type=float, help="seconds per model request (default: 120; 600 for the local model)"
     )
     parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
+    parser.add_argument("--top-p", type=float, help="nucleus sampling threshold sent to the model")
+    parser.add_argument(
+        "--model-seed", type=int, help="the model's sampling seed (sample k of a task is sent SEED+k)"
+    )
+    parser.add_argument(
+        "--model-arg",
+        action="append",
+        metavar="KEY=VALUE",
+        help="any other request field, e.g. extra_body='{\"top_k\": 20}' (litellm keyword arguments)",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
 
@@ -85,6 +104,16 @@ def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             kwargs[key] = value
     return kwargs
+
+
+def model_extra_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields beyond temperature and max tokens: ``--model-arg`` plus ``--top-p`` and
+    ``--model-seed``."""
+    extra = parse_key_values(args.model_arg, "--model-arg")
+    for key, value in (("top_p", args.top_p), ("seed", args.model_seed)):
+        if value is not None:
+            extra[key] = value
+    return extra
 
 
 def _default_out(args: argparse.Namespace) -> Path:
@@ -138,13 +167,21 @@ def run(args: argparse.Namespace) -> int:
     with model_endpoint(args) as endpoint:
         config = EvalConfig(
             out=Path(args.out) if args.out else _default_out(args),
-            model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
+            model=ModelConfig(
+                **endpoint,
+                temperature=args.temperature,
+                max_retries=args.max_retries,
+                extra=model_extra_from(args),
+            ),
             env_id=args.env,
             env_kwargs=env_kwargs_from(args),
             agent=args.agent,
             agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
             concurrency=concurrency_of(args),
             limit=args.limit,
+            sample=args.sample,
+            seed=args.seed,
+            samples=args.samples,
             resume=args.resume,
             progress=not args.no_progress,
         )

@@ -16,7 +16,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--out",
         type=Path,
-        help="also write DIR/report.md with PNG plots (needs the 'report' extra: matplotlib)",
+        help="also write DIR/report.md with SVG and 300-dpi PNG figures (needs the 'report' extra)",
+    )
+    parser.add_argument(
+        "--label",
+        action="append",
+        help="a run's name in tables and legends, once per run folder, in order (default: folder names)",
     )
     parser.add_argument(
         "--error-set",
@@ -28,12 +33,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.provenance import comparison_warnings
     from hopgym.agents.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.report import run_labels
     from hopgym.agents.runner import RUN_FILE
     from hopgym.agents.summary import markdown_table, run_title, summarize
 
     summaries = {}
-    for folder in args.runs:
+    for folder, name in zip(args.runs, run_labels(args.runs, args.label), strict=True):
         episodes = folder / EPISODES_FILE
         if not episodes.exists():
             raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
@@ -41,12 +48,15 @@ def run(args: argparse.Namespace) -> int:
         identity = json.loads(run_file.read_text()) if run_file.exists() else {}
         # Recomputed from the episodes, so an interrupted run reports what it has so far.
         summary = summarize(read_episodes(episodes), run=identity)
-        summaries[folder.name] = summary
-        print(f"{folder.name}: {run_title(summary)}")
+        summaries[name] = summary
+        print(f"{name}: {run_title(summary)}")
+    provenance = {name: summary["run"].get("provenance") or {} for name, summary in summaries.items()}
+    for warning in comparison_warnings(provenance):
+        print(f"warning: {warning}")
     print()
     print(markdown_table(summaries))
     if args.out:
         from hopgym.agents.report import write_report
 
-        print(f"\nreport: {write_report(args.runs, args.out, args.error_set)}")
+        print(f"\nreport: {write_report(args.runs, args.out, args.error_set, args.label)}")
     return 0
