@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import signal
 import threading
 import time
 from collections import Counter
@@ -400,16 +401,58 @@ def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
     return 0, f"{counted} (see 'error' in {EPISODES_FILE}); the most common cause: {cause}"
 
 
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
 def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> None:
     """Run ``main`` on a fresh event loop, then cancel whatever else is still pending (litellm's logging
-    tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without waiting on it."""
+    tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without waiting on it.
+
+    Ctrl-C and SIGTERM reach the loop as a cancel of ``main``, raised here as ``KeyboardInterrupt`` once
+    ``main`` has cleaned up: Python's own handler raises wherever the main thread happens to be, and a
+    ``KeyboardInterrupt`` raised inside a finalizer (aiohttp's ``__del__``) is swallowed, so the run
+    would go on as if never stopped. A second signal falls back to the handler that was there before."""
     loop = asyncio.new_event_loop()
+    task = loop.create_task(main)  # type: ignore[arg-type]
+    stopped: list[int] = []
+    previous = _route_stop_signals(loop, task, stopped)
     try:
-        loop.run_until_complete(main)
+        loop.run_until_complete(task)
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        raise KeyboardInterrupt from None
     finally:
+        _restore_signals(loop, previous)
         leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
-        for task in leftovers:
-            task.cancel()
+        for leftover in leftovers:
+            leftover.cancel()
         if leftovers:
             loop.run_until_complete(asyncio.wait(leftovers, timeout=leftover_grace))
         loop.close()
+
+
+def _route_stop_signals(
+    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], stopped: list[int]
+) -> dict[int, Any]:
+    """Deliver SIGINT and SIGTERM to ``loop`` as a cancel of ``task``; return the handlers replaced
+    (none off the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def stop(sig: int) -> None:
+        stopped.append(sig)
+        task.cancel()
+        _restore_signals(loop, previous)
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop, sig)
+    return previous
+
+
+def _restore_signals(loop: asyncio.AbstractEventLoop, previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, handler)
+    previous.clear()
