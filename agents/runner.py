@@ -439,7 +439,7 @@ def _route_stop_signals(
     (none off the main thread, where signals cannot be handled)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
-    previous = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
 
     def stop(sig: int) -> None:
         stopped.append(sig)
