@@ -413,11 +413,11 @@ def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> Non
     ``KeyboardInterrupt`` raised inside a finalizer (aiohttp's ``__del__``) is swallowed, so the run
     would go on as if never stopped. A second signal falls back to the handler that was there before."""
     loop = asyncio.new_event_loop()
-    task = loop.create_task(main)  # type: ignore[arg-type]
+    run: asyncio.Future[None] = asyncio.ensure_future(main, loop=loop)
     stopped: list[int] = []
-    previous = _route_stop_signals(loop, task, stopped)
+    previous = _route_stop_signals(loop, run, stopped)
     try:
-        loop.run_until_complete(task)
+        loop.run_until_complete(run)
     except asyncio.CancelledError:
         if not stopped:
             raise
@@ -433,9 +433,9 @@ def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> Non
 
 
 def _route_stop_signals(
-    loop: asyncio.AbstractEventLoop, task: asyncio.Task[Any], stopped: list[int]
+    loop: asyncio.AbstractEventLoop, run: asyncio.Future[None], stopped: list[int]
 ) -> dict[int, Any]:
-    """Deliver SIGINT and SIGTERM to ``loop`` as a cancel of ``task``; return the handlers replaced
+    """Deliver SIGINT and SIGTERM to ``loop`` as a cancel of ``run``; return the handlers replaced
     (none off the main thread, where signals cannot be handled)."""
     if threading.current_thread() is not threading.main_thread():
         return {}
@@ -443,7 +443,7 @@ def _route_stop_signals(
 
     def stop(sig: int) -> None:
         stopped.append(sig)
-        task.cancel()
+        run.cancel()
         _restore_signals(loop, previous)
 
     for sig in STOP_SIGNALS:
