@@ -2,8 +2,9 @@
 
 Usage: python .ci/check_demo.py RUN [--strict]. Always prints the episodes' tool calls by status and
 where the trajectories are; fails when the folder holds no episode or every episode errored. With
---strict (CI) it also fails on any errored episode and on an episode without a tool call that ran in
-the sandbox and was scored: the demo exists to show a model's tool calls at work.
+--strict (CI) it also fails on any errored episode and on an episode without an `ok` tool call (one
+that ran in the sandbox, returned a value and was scored): the demo exists to show a model's tool calls
+at work.
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ def problems(records: list[dict], strict: bool) -> list[str]:
     if not strict:
         return []
     found = [f"episode {r['task_id']} errored: {r['error']}" for r in errored]
-    found += [f"episode {r['task_id']} made no tool call" for r in records if not r.get("calls")]
+    found += [
+        f"episode {r['task_id']} made no ok tool call (calls: {[c['status'] for c in r.get('calls') or ()]})"
+        for r in records
+        if not any(call["status"] == "ok" for call in r.get("calls") or ())
+    ]
     return found
 
 

@@ -59,6 +59,8 @@ class EvalConfig:
     limit: int | None = None
     sample: int | None = None
     """Run a stratified sample of this many tasks (see :func:`stratified_sample`) instead of all."""
+    task_ids: tuple[str, ...] = ()
+    """Run only these tasks, in this order, instead of all."""
     seed: int = 0
     """Seeds the stratified sample and, plus the sample number, each episode's reset."""
     samples: int = 1
@@ -71,6 +73,7 @@ class EvalConfig:
         before they existed still resumes."""
         optional = {
             "sample": self.sample,
+            "task_ids": list(self.task_ids) or None,
             "seed": self.seed or None,
             "samples": self.samples if self.samples != 1 else None,
             "model_extra": dict(self.model.extra) or None,
@@ -86,6 +89,24 @@ class EvalConfig:
             "tool_choice_substitutes": dict(self.model.tool_choice_substitutes),
             **{key: value for key, value in optional.items() if value is not None},
         }
+
+
+CHOOSERS = {"--limit": "limit", "--sample": "sample", "--task": "task_ids"}
+"""The options that choose which tasks run, and the config field of each."""
+
+
+def task_indices(tasks: Sequence[Any], task_ids: Sequence[str]) -> list[int]:
+    """The indices of the tasks named ``task_ids``, in that order; an unknown or repeated id is an error."""
+    index_of = {str(task.id): i for i, task in enumerate(tasks)}
+    unknown = [task_id for task_id in task_ids if task_id not in index_of]
+    if unknown:
+        examples = ", ".join(list(index_of)[:3])
+        named = ", ".join(unknown)
+        raise ConfigError(f"--task {named}: no such task in this env's data (ids look like {examples})")
+    repeated = sorted({task_id for task_id in task_ids if task_ids.count(task_id) > 1})
+    if repeated:
+        raise ConfigError(f"--task {', '.join(repeated)} given twice; use --samples K to run a task K times")
+    return [index_of[task_id] for task_id in task_ids]
 
 
 def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
@@ -175,8 +196,9 @@ class EvalRun:
             raise ConfigError(f"--limit must be at least 1, got {config.limit}")
         if config.samples < 1:
             raise ConfigError(f"--samples must be at least 1, got {config.samples}")
-        if config.limit is not None and config.sample is not None:
-            raise ConfigError("--limit and --sample both choose the tasks; pass one of them")
+        choosers = [name for name, value in CHOOSERS.items() if getattr(config, value) not in (None, ())]
+        if len(choosers) > 1:
+            raise ConfigError(f"{' and '.join(choosers)} all choose the tasks; pass one of them")
         check_env_options(config.env_id, config.env_kwargs)
         self.config = config
         self.out = Path(config.out)
@@ -361,8 +383,10 @@ class EvalRun:
 
     def _select(self, tasks: Sequence[Any]) -> list[tuple[int, str, int]]:
         """(index, task id, sample) of every episode this run holds: the first ``limit`` tasks, or a
-        stratified ``sample`` of them, or all, each ``samples`` times."""
+        stratified ``sample`` of them, or those named in ``task_ids``, or all, each ``samples`` times."""
         indices = list(range(len(tasks)))[: self.config.limit]
+        if self.config.task_ids:
+            indices = task_indices(tasks, self.config.task_ids)
         if self.config.sample is not None:
             indices = stratified_sample(
                 [task_stratum(task) for task in tasks], self.config.sample, self.config.seed

@@ -113,6 +113,22 @@ def test_an_existing_run_needs_resume_and_the_same_settings(tmp_path: Path) -> N
     assert [r["index"] for r in read_records(tmp_path / "run")] == [0, 1]
 
 
+def test_task_ids_choose_the_tasks_in_their_order_and_bad_ones_are_named(tmp_path: Path) -> None:
+    chosen = (TASKS[5].id, TASKS[2].id)
+    with ScriptedModelServer(solving_policy()) as server:
+        run(server, tmp_path / "run", limit=None, concurrency=1, task_ids=chosen)
+        with pytest.raises(ConfigError, match=r"toolhop-nope: no such task.*ids look like toolhop-"):
+            run(server, tmp_path / "unknown", limit=None, task_ids=(TASKS[0].id, "toolhop-nope"))
+        with pytest.raises(ConfigError, match="--limit and --task"):
+            run(server, tmp_path / "both", task_ids=chosen)
+        with pytest.raises(ConfigError, match="given twice"):
+            run(server, tmp_path / "twice", limit=None, task_ids=(TASKS[1].id, TASKS[1].id))
+    records = read_records(tmp_path / "run")
+    assert [(r["task_id"], r["index"]) for r in records] == [(TASKS[5].id, 5), (TASKS[2].id, 2)]
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["task_ids"] == list(chosen)
+    assert not (tmp_path / "unknown" / "episodes.jsonl").exists()  # refused before anything is written
+
+
 def eval_command(server: ScriptedModelServer, out: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "hopgym.cli", "eval", "--model", server.model, "--api-base", server.api_base,

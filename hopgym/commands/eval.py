@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--sample", type=int, metavar="N", help="run N tasks drawn stratified over hops / patterns / domains"
     )
     parser.add_argument(
+        "--task", action="append", default=[], metavar="ID", help="run only this task (repeatable, in order)"
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="seed of --sample and of each episode (default: 0)"
     )
     parser.add_argument(
@@ -180,6 +183,7 @@ def run(args: argparse.Namespace) -> int:
             concurrency=concurrency_of(args),
             limit=args.limit,
             sample=args.sample,
+            task_ids=tuple(args.task),
             seed=args.seed,
             samples=args.samples,
             resume=args.resume,
