@@ -9,17 +9,19 @@ import signal
 import subprocess
 import sys
 import time
+from argparse import Namespace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from hopgym.agents.local_server import LOCAL_CONCURRENCY
 from hopgym.agents.model import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
-from hopgym.commands.eval import parse_key_values
+from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
 from hopgym.envs.metrics import table4_metrics
 from hopgym.errors import ConfigError
 from hopgym.tasks.toolhop import load_toolhop
@@ -342,3 +344,11 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
 
     pool = asyncio.run(scenario())
     assert pool.envs == ["the first env", "the env made after its episode was cancelled"]
+
+
+def test_the_local_model_runs_one_conversation_at_a_time_unless_told_otherwise() -> None:
+    assert LOCAL_CONCURRENCY == 1
+    assert concurrency_of(Namespace(model="local", concurrency=None), default=4) == 1
+    assert concurrency_of(Namespace(model="local", concurrency=3)) == 3
+    assert concurrency_of(Namespace(model="openai/x", concurrency=None)) == DEFAULT_CONCURRENCY
+    assert concurrency_of(Namespace(model="openai/x", concurrency=None), default=4) == 4

@@ -27,7 +27,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--api-base", help="base URL of the model server")
     parser.add_argument("--api-key", help="API key for the model server")
     parser.add_argument("--limit", type=int, help="construct only the first N rows")
-    parser.add_argument("--concurrency", type=int, default=4, help="rows constructed at once (default: 4)")
+    parser.add_argument(
+        "--concurrency", type=int, help="rows constructed at once (default: 4; 1 for the local model)"
+    )
     parser.add_argument(
         "--resume",
         action="store_true",
@@ -62,8 +64,9 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
-    if args.concurrency < 1:
-        raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")
+    concurrency = eval_command.concurrency_of(args, default=4)
+    if concurrency < 1:
+        raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
     rows = read_query_rows(args.input, args.limit)
     with eval_command.model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
         settings = {
@@ -83,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             args.out,
             settings,
             progress=not args.no_progress,
-            concurrency=args.concurrency,
+            concurrency=concurrency,
             resume=args.resume,
         )
     print(report_markdown(report))

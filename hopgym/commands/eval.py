@@ -149,15 +149,16 @@ def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
         }
 
 
-def concurrency_of(args: argparse.Namespace) -> int:
-    """``--concurrency``, else the default for the model (see ``LOCAL_CONCURRENCY``)."""
+def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY) -> int:
+    """``--concurrency``, else ``default``, or for the local model ``LOCAL_CONCURRENCY`` (its one llama
+    context serves one conversation well; concurrent ones evict each other's prompt cache)."""
     if args.concurrency is not None:
         return args.concurrency
     if args.model == "local":
         from hopgym.agents.local_server import LOCAL_CONCURRENCY
 
         return LOCAL_CONCURRENCY
-    return DEFAULT_CONCURRENCY
+    return default
 
 
 def run(args: argparse.Namespace) -> int:
