@@ -19,6 +19,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from urllib.parse import urlencode, urlsplit
 import pytest
 
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.viewer import open_viewer
 from hopgym.cli import main
 from tests.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
 
@@ -153,6 +155,26 @@ def test_only_127_0_0_1_is_served_and_only_under_its_own_host_name(viewer: str) 
     port = urlsplit(viewer).port
     with pytest.raises(ConnectionRefusedError), socket.create_connection(("127.0.0.2", port), timeout=5):
         pass
+
+
+def test_a_run_is_read_again_when_its_episodes_change(runs: Path, tmp_path: Path) -> None:
+    folder = shutil.copytree(runs / "baseline", tmp_path / "growing")
+    with open_viewer([folder]) as server:
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            assert len(get_json(server.url, "/api/runs")[0]["outlines"]) == 3
+            record = read_records(folder)[0]
+            with (folder / "episodes.jsonl").open("a") as episodes:
+                episodes.write(json.dumps({**record, "sample": 1}) + "\n" + '{"task_id": "half-writ')
+            (run,) = get_json(server.url, "/api/runs")  # the partial last line is not read yet
+            assert [(o["task_id"], o["sample"]) for o in run["outlines"]][-1] == (record["task_id"], 1)
+            assert run["episodes"] == 4
+            with (folder / "episodes.jsonl").open("a") as episodes:
+                episodes.write("ten\n")  # the half-written line ends damaged
+            status, body, _ = get(server.url, "/api/runs")
+            assert status == 500 and "is not a JSON record" in json.loads(body)["error"]
+        finally:
+            server.shutdown()
 
 
 def test_a_port_in_use_is_refused_in_one_line(runs: Path, capsys: pytest.CaptureFixture[str]) -> None:
