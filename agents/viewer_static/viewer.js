@@ -26,6 +26,7 @@ function readHash() {
   const params = new URLSearchParams(location.hash.slice(1));
   state = Object.fromEntries(STATE_KEYS.map((key) => [key, params.get(key) || ""]));
   if (!runs[Number(state.run)]) state.run = "0";
+  if (state.compare === state.run || !runs[Number(state.compare)]) state.compare = "";
 }
 
 // The page's address for the current state with some keys changed ("" drops a key).
@@ -98,7 +99,7 @@ function renderHeader(run) {
 }
 
 function renderList(run) {
-  const other = runs[Number(state.compare)] && state.compare !== "" ? runs[Number(state.compare)] : null;
+  const other = state.compare ? runs[Number(state.compare)] : null;
   const otherOutcomes = new Map((other ? other.outlines : []).map((o) => [keyOf(o), o.outcome]));
   const columns = ["task", "sample", "hops", "outcome", "turns", "calls", "error types", "final answer", "gold answer"];
   if (other) columns.push("outcome in " + other.name);
@@ -236,7 +237,7 @@ async function fetchJson(url) {
 
 async function renderDetail() {
   const indices = [Number(state.run)];
-  if (state.compare !== "" && runs[Number(state.compare)]) indices.push(Number(state.compare));
+  if (state.compare) indices.push(Number(state.compare));
   const query = (i) => `/api/episode?${new URLSearchParams({ run: i, task: state.task, sample: state.sample || "0" })}`;
   const records = await Promise.all(indices.map((i) => fetchJson(query(i))));
   const columns = document.getElementById("columns");
