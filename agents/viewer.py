@@ -106,6 +106,7 @@ class RunSource:
         self.run()  # a folder that is not a run fails now, not on the first page load
 
     def run(self) -> Run:
+        """The run as read last, read again first if its episodes file has changed since."""
         stat = (self.folder / EPISODES_FILE).stat() if (self.folder / EPISODES_FILE).exists() else None
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
         with self._lock:
@@ -155,8 +156,6 @@ class RunSource:
 
 class ViewerServer(ThreadingHTTPServer):
     """The viewer's HTTP server over ``sources``, bound to 127.0.0.1 (``port`` 0: a free one)."""
-
-    daemon_threads = True
 
     def __init__(self, sources: Sequence[RunSource], port: int = 0) -> None:
         self.sources = list(sources)
