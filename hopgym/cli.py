@@ -17,6 +17,7 @@ COMMAND_MODULES = (
     "hopgym.commands.serve",
     "hopgym.commands.report",
     "hopgym.commands.rescore",
+    "hopgym.commands.view",
     "hopgym.commands.data",
     "hopgym.commands.sandbox",
     "hopgym.commands.tools",
