@@ -373,10 +373,13 @@ def _openai_turns(messages: Sequence[Any], where: str) -> list[tuple[str, str]]:
             if not (isinstance(calls, list) and len(calls) == 1 and isinstance(calls[0], Mapping)):
                 raise DataError(f"{where}: message {position} must hold exactly one tool call")
             function = calls[0].get("function") or {}
+            text = function.get("arguments")
             try:
-                arguments = json.loads(function.get("arguments"))
-            except (TypeError, json.JSONDecodeError) as exc:
-                raise DataError(f"{where}: message {position}: arguments must be a JSON string") from exc
+                arguments = json.loads(text) if isinstance(text, str) else None
+            except json.JSONDecodeError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise DataError(f"{where}: message {position}: arguments must be a JSON object in a string")
             pending = calls[0].get("id")
             call = {"name": function.get("name"), "arguments": arguments}
             turns.append(("function_call", json.dumps(call, ensure_ascii=False)))

@@ -245,5 +245,5 @@ def test_malformed_openai_records_are_rejected(fb, tasks):
         {**messages[call_at], "tool_calls": [as_object]},
         *messages[call_at + 1 :],
     ]
-    with pytest.raises(DataError, match="arguments must be a JSON string"):
+    with pytest.raises(DataError, match="arguments must be a JSON object in a string"):
         validate_record({**record, "messages": unencoded}, "openai")
