@@ -212,6 +212,7 @@ def _log_wandb(files: RunFiles, target: str | None) -> str:
     import wandb
 
     mode = os.environ.get("WANDB_MODE") or "offline"
+    os.environ.setdefault("WANDB_DISABLE_WEAVE", "true")  # else it suggests Weave, seeing litellm imported
     run = wandb.init(
         project=target or PROJECT,
         name=files.name,
