@@ -26,8 +26,8 @@ from hopgym.agents.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD, episode_key
 from hopgym.agents.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError
 
-TRACKERS = {"mlflow": "mlflow", "wandb": "wandb"}
-"""Tracker name → the module it needs (both in the ``tracking`` extra)."""
+TRACKERS = ("mlflow", "wandb")
+"""Each tracker's name is the module it needs (both in the ``tracking`` extra)."""
 PROJECT = "hopgym"
 """The MLflow experiment and the W&B project runs go to unless told otherwise."""
 EPISODE_PREFIX = "episode/"
@@ -55,7 +55,7 @@ class Tracker:
     def check_installed(self) -> None:
         """Import the tracker's library now, so a missing one stops the command before the run."""
         try:
-            __import__(TRACKERS[self.name])
+            __import__(self.name)
         except ImportError as exc:
             raise ConfigError(
                 f"--track {self.name} needs the {self.name} package: pip install 'hopgym[tracking]'"
@@ -147,7 +147,7 @@ def log_run(folder: Path, trackers: Sequence[Tracker]) -> list[str]:
         except Exception as exc:  # the library's own errors: the run folder is complete all the same
             raise TrackingError(
                 f"{tracker.name} could not log {folder} ({type(exc).__name__}: {exc}); the run folder is "
-                "complete, so nothing needs to run again"
+                "complete: the same command with --resume logs it without running an episode again"
             ) from exc
     return lines
 
