@@ -20,7 +20,7 @@ from hopgym.agents.provenance import comparison_warnings, incomplete_note
 from hopgym.agents.records import EPISODES_FILE, read_episodes
 from hopgym.agents.runner import RUN_FILE
 from hopgym.agents.stats import mean_interval, per_task_means
-from hopgym.agents.summary import markdown_table, run_title, summarize, task_key
+from hopgym.agents.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.envs.ablation import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
@@ -88,6 +88,8 @@ def load_run(folder: Path, name: str | None = None) -> Run:
     }
     settings = {key: identity.get(key) for key in ("env", "model", "agent")}
     settings.update({key: value for key, value in env_kwargs.items() if _simple(value)})
+    if not feedback_applies(settings):
+        settings.pop("feedback", None)  # not the env's default: the run is filed under no feedback mode
     records = read_episodes(episodes)
     return Run(name or folder.name, settings, records, summarize(records, run=identity))
 
@@ -129,12 +131,17 @@ def _bar_data(categories: list[str], cells: Mapping[str, Sequence[Sequence[Mappi
 
 
 def _varying(runs: Sequence[Run], exclude: str) -> list[str]:
+    """The settings that differ among the runs they apply to (a run lacks those that do not)."""
     keys = sorted({key for run in runs for key in run.settings} - {exclude})
-    return [key for key in keys if len({json.dumps(run.settings.get(key)) for run in runs}) > 1]
+    return [
+        key for key in keys if len({json.dumps(run.settings[key]) for run in runs if key in run.settings}) > 1
+    ]
 
 
 def _label(run: Run, keys: Sequence[str]) -> str:
-    return " · ".join(str(run.settings.get(key)) for key in keys) or "all runs"
+    """The values of ``keys`` for this run; a setting that does not apply to it reads "no KEY"."""
+    values = [str(run.settings[key]) if key in run.settings else f"no {key}" for key in keys]
+    return " · ".join(values) or "all runs"
 
 
 def accuracy_by_setting(runs: Sequence[Run], key: str) -> BarData | None:

@@ -57,6 +57,35 @@ def tool_call(name: str, arguments: Any) -> tuple[str, Any]:
     return (name, arguments)
 
 
+_PLACEHOLDERS = {"string": "x", "integer": 1, "number": 1.0, "boolean": True, "array": [], "object": {}}
+
+
+def placeholder_arguments(parameters: dict[str, Any]) -> dict[str, Any]:
+    """A value for each required parameter of a JSON schema: its first enum value, else one of its type."""
+    properties = parameters.get("properties") or {}
+    arguments = {}
+    for name in parameters.get("required") or ():
+        schema = properties.get(name) or {}
+        kind = schema.get("type", "string")
+        kind = kind[0] if isinstance(kind, list) and kind else kind
+        arguments[name] = (schema.get("enum") or [_PLACEHOLDERS.get(kind, "x")])[0]
+    return arguments
+
+
+def smoke_script(request: dict[str, Any]) -> ScriptedReply:
+    """The policy of ``hopgym serve scripted``, for smoke tests of any env and agent without a model: while
+    no tool result is in the conversation, call the first offered tool with placeholder arguments; then
+    (or when no tool is offered) answer with the last tool result. Deterministic, so a run is repeatable."""
+    messages = request.get("messages") or []
+    results = [m.get("content") for m in messages if m.get("role") == "tool"]
+    tools = request.get("tools") or []
+    if tools and not results:
+        function = tools[0]["function"]
+        arguments = placeholder_arguments(function.get("parameters") or {})
+        return ScriptedReply(tool_calls=(tool_call(function["name"], arguments),))
+    return ScriptedReply(content=f"Final answer: {results[-1] if results else 'unknown'}")
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _ScriptedHTTPServer
     protocol_version = "HTTP/1.1"
@@ -109,8 +138,8 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
     # client a 1 s retransmit. Model servers (uvicorn, llama-cpp's) listen with a backlog of 2048.
     request_queue_size = 2048
 
-    def __init__(self, script: Script) -> None:
-        super().__init__(("127.0.0.1", 0), _Handler)
+    def __init__(self, script: Script, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Handler)
         self.script = script
         self.requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -152,12 +181,13 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
 
 
 class ScriptedModelServer:
-    """Context manager: serves ``script`` on a free port of 127.0.0.1 in a background thread."""
+    """Context manager: serves ``script`` on 127.0.0.1 (``port``, by default a free one) in a background
+    thread."""
 
     model = "openai/scripted"
 
-    def __init__(self, script: Script) -> None:
-        self._server = _ScriptedHTTPServer(script)
+    def __init__(self, script: Script, port: int = 0) -> None:
+        self._server = _ScriptedHTTPServer(script, port)
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     @property

@@ -44,7 +44,7 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def _episode_values(record: Mapping[str, Any]) -> dict[str, float]:
+def episode_values(record: Mapping[str, Any]) -> dict[str, float]:
     """The per-episode value behind each headline metric whose summary value is a mean over episodes."""
     errors = set().union(*(call_error_types(call) for call in record.get("calls") or ()))
     values = {
@@ -70,7 +70,7 @@ def metric_intervals(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str
     """A 95% interval for every per-episode metric, over per-task means (samples of a task averaged)."""
     pairs: dict[str, list[tuple[str, float]]] = {}
     for record in records:
-        for key, value in _episode_values(record).items():
+        for key, value in episode_values(record).items():
             pairs.setdefault(key, []).append((task_key(record), value))
     return {key: mean_interval(per_task_means(items)) for key, items in pairs.items()}
 
@@ -183,6 +183,12 @@ def _value(summary: Mapping[str, Any], key: str) -> Any:
     return (summary.get(outer) or {}).get(inner) if inner else summary.get(key)
 
 
+def feedback_applies(settings: Mapping[str, Any]) -> bool:
+    """Whether a run's feedback mode means anything: the direct scenario offers no tool, so no call of
+    it ever gets feedback."""
+    return settings.get("scenario") != "direct"
+
+
 def run_title(summary: Mapping[str, Any]) -> str:
     """A short description of what was run, for table headers."""
     run = summary.get("run") or {}
@@ -194,6 +200,6 @@ def run_title(summary: Mapping[str, Any]) -> str:
         run.get("agent"),
         run.get("model"),
         env_kwargs.get("scenario"),
-        env_kwargs.get("feedback"),
+        env_kwargs.get("feedback") if feedback_applies(env_kwargs) else None,
     ]
     return " · ".join(str(part) for part in parts if part)

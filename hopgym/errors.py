@@ -61,6 +61,10 @@ class ModelError(HopgymError):
     """The model server failed or returned something unusable."""
 
 
+class TrackingError(HopgymError):
+    """An experiment tracker (MLflow, Weights & Biases) could not log a run; the run folder is complete."""
+
+
 class KGError(HopgymError, LookupError):
     """A knowledge-graph lookup or update named an entity, relation or triple the graph does not hold."""
 

@@ -1,11 +1,17 @@
-"""Instruction data from KG2Tool tasks (paper Section 4.4, Appendix A.3), as ShareGPT or Alpaca records.
+"""Instruction data from KG2Tool tasks (paper Section 4.4, Appendix A.3), as ShareGPT, Alpaca or OpenAI
+chat records.
 
 Every task gives four kinds of record, each tagged with ``kind`` and ``task_id``:
 
 - ``trajectory``: the system prompt listing the tools, the query, each tool call and its response, and the
   final answer (entity names one per line). ShareGPT follows LLaMA-Factory's function-calling layout
-  (``human``/``function_call``/``observation``/``gpt`` turns, ``system``, ``tools``); Alpaca puts the
-  earlier turns in ``history`` (tool responses on the user side) and the final answer in ``output``.
+  (``human``/``function_call``/``observation``/``gpt`` turns, ``system``, ``tools``): the tool list is in
+  ``tools`` only, since LLaMA-Factory's template writes it into the system prompt itself. Alpaca has no
+  tool column, so its ``system`` lists the tools; it puts the earlier turns in ``history`` (tool responses
+  on the user side) and the final answer in ``output``. OpenAI is the chat-completions layout that TRL's
+  SFTTrainer and Hugging Face chat templates read: ``messages`` (system, user, assistant turns with
+  ``tool_calls`` whose ``arguments`` are a JSON string, ``tool`` turns answering them by
+  ``tool_call_id``) and ``tools`` (``{"type": "function", "function": ...}`` documents).
 - ``steps``: the per-step questions of Figure 12 (the goal of the step, the tool to call, its arguments,
   then the call, its response and a summary), ending with the final answer.
 - ``plan``: the query broken down into numbered subtasks (the step goals).
@@ -30,9 +36,10 @@ from typing import Any
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
 
-EXPORT_FORMATS = ("sharegpt", "alpaca")
+EXPORT_FORMATS = ("sharegpt", "alpaca", "openai")
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")
-SYSTEM_PROMPT = "You are an assistant who can utilize external tools. You can call the following tools:\n"
+SYSTEM_PROMPT = "You are an assistant who can utilize external tools."
+TOOL_LIST_INTRO = " You can call the following tools:\n"
 GOAL_QUESTION = "What is your goal at current step?"
 TOOL_QUESTION = "What is the tool name to call at current step?"
 ARGUMENTS_QUESTION = "What are the arguments of the current tool call?"
@@ -64,7 +71,8 @@ def answer_text(task: KG2ToolTask, label: Callable[[str], str]) -> str:
 
 
 def system_prompt(tools: ToolDocs) -> str:
-    return SYSTEM_PROMPT + json.dumps(list(tools), ensure_ascii=False)
+    """The system prompt with the tool list in it, for formats that have no tool column (Alpaca)."""
+    return SYSTEM_PROMPT + TOOL_LIST_INTRO + json.dumps(list(tools), ensure_ascii=False)
 
 
 def export_records(
@@ -89,7 +97,7 @@ def export_records(
     pool = sorted({item for task in tasks for call in task.solution for item in call.result})
     for task in tasks:
         rng = random.Random(f"{seed}:{task.id}")
-        system = system_prompt(tools_for(task))
+        tools = list(tools_for(task))
         dialogues: list[tuple[str, list[tuple[str, str]]]] = []
         if "trajectory" in kinds:
             dialogues.append(("trajectory", _trajectory_turns(task, label)))
@@ -100,10 +108,8 @@ def export_records(
         if "review" in kinds:
             dialogues += [("review", turns) for turns in _review_turns(task, rng, pool)]
         for index, (kind, turns) in enumerate(dialogues):
-            record = _sharegpt(turns, system) if fmt == "sharegpt" else _alpaca(turns, system)
+            record = _FORMATTERS[fmt](turns, tools)
             record.update(id=f"{task.id}/{index}-{kind}", task_id=task.id, kind=kind)
-            if fmt == "sharegpt":
-                record["tools"] = json.dumps(list(tools_for(task)), ensure_ascii=False)
             yield record
 
 
@@ -205,8 +211,40 @@ def _review(
 # ------------------------------------------------------------------------------------------ formats
 
 
-def _sharegpt(turns: list[tuple[str, str]], system: str) -> dict[str, Any]:
-    return {"conversations": [{"from": role, "value": text} for role, text in turns], "system": system}
+def _sharegpt(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
+    return {
+        "conversations": [{"from": role, "value": text} for role, text in turns],
+        "system": SYSTEM_PROMPT,
+        "tools": json.dumps(list(tools), ensure_ascii=False),
+    }
+
+
+def _openai(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
+    """Calls become assistant ``tool_calls`` (ids ``call_0``, ``call_1`` ... in the record), responses
+    ``tool`` messages naming the call they answer."""
+    messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
+    calls = 0
+    for role, text in turns:
+        if role == "function_call":
+            call = json.loads(text)
+            arguments = json.dumps(call["arguments"], ensure_ascii=False)
+            function = {"name": call["name"], "arguments": arguments}
+            tool_call = {"id": f"call_{calls}", "type": "function", "function": function}
+            messages.append({"role": "assistant", "content": None, "tool_calls": [tool_call]})
+            calls += 1
+        elif role == "observation":
+            call = messages[-1]["tool_calls"][0]
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": call["id"],
+                    "name": call["function"]["name"],
+                    "content": text,
+                }
+            )
+        else:
+            messages.append({"role": "user" if role == "human" else "assistant", "content": text})
+    return {"messages": messages, "tools": [{"type": "function", "function": dict(t)} for t in tools]}
 
 
 def _alpaca_text(role: str, text: str) -> str:
@@ -219,7 +257,7 @@ def _alpaca_text(role: str, text: str) -> str:
     return text
 
 
-def _alpaca(turns: list[tuple[str, str]], system: str) -> dict[str, Any]:
+def _alpaca(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
     """User-side turns (human, observation) and model-side turns paired in order; the last pair is the
     instruction and output, the earlier ones the history."""
     pairs = [(_alpaca_text(*turns[k]), _alpaca_text(*turns[k + 1])) for k in range(0, len(turns), 2)]
@@ -228,9 +266,12 @@ def _alpaca(turns: list[tuple[str, str]], system: str) -> dict[str, Any]:
         "instruction": instruction,
         "input": "",
         "output": output,
-        "system": system,
+        "system": system_prompt(tools),
         "history": [list(pair) for pair in history],
     }
+
+
+_FORMATTERS = {"sharegpt": _sharegpt, "alpaca": _alpaca, "openai": _openai}
 
 
 _USER_SIDE = frozenset({"human", "observation"})
@@ -244,7 +285,9 @@ def validate_record(record: Any, fmt: str) -> None:
     function_call) turns, starts with human, ends with gpt, every observation follows a function call
     whose value is a JSON ``{"name", "arguments"}``; ``system`` and ``tools`` are strings. Alpaca:
     string ``instruction``, ``input``, ``output``, ``system`` and ``history`` as [instruction, output]
-    string pairs.
+    string pairs. OpenAI: ``tools`` lists function documents; ``messages`` is a system message, then the
+    same alternation as ShareGPT (user, assistant, assistant with one tool call, tool answering that
+    call's id), each call naming a listed tool with JSON-object arguments.
     """
     if not isinstance(record, Mapping):
         raise DataError(f"a {fmt} record must be an object, got {type(record).__name__}")
@@ -256,6 +299,8 @@ def validate_record(record: Any, fmt: str) -> None:
         _validate_sharegpt(record, where)
     elif fmt == "alpaca":
         _validate_alpaca(record, where)
+    elif fmt == "openai":
+        _validate_openai(record, where)
     else:
         raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
 
@@ -264,22 +309,91 @@ def _validate_sharegpt(record: Mapping[str, Any], where: str) -> None:
     if not isinstance(record.get("system"), str) or not isinstance(record.get("tools"), str):
         raise DataError(f"{where}: 'system' and 'tools' must be strings")
     turns = record.get("conversations")
-    if not isinstance(turns, list) or len(turns) < 2 or len(turns) % 2:
-        raise DataError(f"{where}: 'conversations' must be an even, non-empty list of turns")
+    if not isinstance(turns, list):
+        raise DataError(f"{where}: 'conversations' must be a list of turns")
     for position, turn in enumerate(turns):
         if not (
             isinstance(turn, Mapping) and set(turn) == {"from", "value"} and isinstance(turn["value"], str)
         ):
             raise DataError(f"{where}: turn {position} must be {{'from', 'value'}} with a string value")
+    _validate_turns([(turn["from"], turn["value"]) for turn in turns], where)
+
+
+def _validate_turns(turns: Sequence[tuple[str, str]], where: str) -> None:
+    """The dialogue rules the conversational formats share (see :func:`validate_record`)."""
+    if len(turns) < 2 or len(turns) % 2:
+        raise DataError(f"{where}: a conversation must be an even, non-empty list of turns")
+    for position, (role, text) in enumerate(turns):
         side = _USER_SIDE if position % 2 == 0 else _MODEL_SIDE
-        if turn["from"] not in side:
-            raise DataError(f"{where}: turn {position} is {turn['from']!r}; expected one of {sorted(side)}")
-        if turn["from"] == "observation" and turns[position - 1]["from"] != "function_call":
+        if role not in side:
+            raise DataError(f"{where}: turn {position} is {role!r}; expected one of {sorted(side)}")
+        if role == "observation" and turns[position - 1][0] != "function_call":
             raise DataError(f"{where}: turn {position} is an observation that follows no function call")
-        if turn["from"] == "function_call":
-            _parse_call(turn["value"], f"{where}: turn {position}")
-    if turns[0]["from"] != "human" or turns[-1]["from"] != "gpt":
+        if role == "function_call":
+            _parse_call(text, f"{where}: turn {position}")
+    if turns[0][0] != "human" or turns[-1][0] != "gpt":
         raise DataError(f"{where}: a conversation starts with human and ends with gpt")
+
+
+def _validate_openai(record: Mapping[str, Any], where: str) -> None:
+    tools = record.get("tools")
+    if not isinstance(tools, list) or not all(
+        isinstance(tool, Mapping)
+        and tool.get("type") == "function"
+        and isinstance(tool.get("function"), Mapping)
+        and isinstance(tool["function"].get("name"), str)
+        for tool in tools
+    ):
+        raise DataError(f"{where}: 'tools' must be a list of function documents with a type and a name")
+    messages = record.get("messages")
+    if not (isinstance(messages, list) and messages and isinstance(messages[0], Mapping)) or (
+        messages[0].get("role") != "system"
+    ):
+        raise DataError(f"{where}: 'messages' must be a list that starts with the system message")
+    turns = _openai_turns(messages[1:], where)
+    _validate_turns(turns, where)
+    offered = {tool["function"]["name"] for tool in tools}
+    for position, (role, text) in enumerate(turns):
+        if role == "function_call" and (name := json.loads(text)["name"]) not in offered:
+            raise DataError(f"{where}: turn {position} calls {name!r}, which 'tools' does not list")
+
+
+_OPENAI_ROLES = {"user": "human", "assistant": "gpt", "tool": "observation"}
+
+
+def _openai_turns(messages: Sequence[Any], where: str) -> list[tuple[str, str]]:
+    """OpenAI chat messages (after the system message) as (role, text) turns in the ShareGPT vocabulary;
+    DataError for a malformed message or a tool message that answers no pending call."""
+    turns: list[tuple[str, str]] = []
+    pending: str | None = None  # the id of the call the next tool message must answer
+    for position, message in enumerate(messages, start=1):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        calls = message.get("tool_calls") if role == "assistant" else None
+        if calls:
+            if not (isinstance(calls, list) and len(calls) == 1 and isinstance(calls[0], Mapping)):
+                raise DataError(f"{where}: message {position} must hold exactly one tool call")
+            function = calls[0].get("function") or {}
+            text = function.get("arguments")
+            try:
+                arguments = json.loads(text) if isinstance(text, str) else None
+            except json.JSONDecodeError:
+                arguments = None
+            if not isinstance(arguments, dict):
+                raise DataError(f"{where}: message {position}: arguments must be a JSON object in a string")
+            pending = calls[0].get("id")
+            call = {"name": function.get("name"), "arguments": arguments}
+            turns.append(("function_call", json.dumps(call, ensure_ascii=False)))
+            continue
+        if role not in _OPENAI_ROLES or not isinstance(message.get("content"), str):
+            raise DataError(
+                f"{where}: message {position} must be a user, assistant or tool message with text"
+            )
+        if role == "tool":
+            if pending is None or message.get("tool_call_id") != pending:
+                raise DataError(f"{where}: message {position} answers no pending tool call")
+            pending = None
+        turns.append((_OPENAI_ROLES[role], message["content"]))
+    return turns
 
 
 def _validate_alpaca(record: Mapping[str, Any], where: str) -> None:
@@ -317,6 +431,8 @@ def read_trajectory(record: Mapping[str, Any], fmt: str) -> Trajectory:
         )
     if fmt == "sharegpt":
         turns = [(turn["from"], turn["value"]) for turn in record["conversations"]]
+    elif fmt == "openai":
+        turns = _openai_turns(record["messages"][1:], record["id"])
     else:
         texts = [text for pair in record["history"] for text in pair] + [
             record["instruction"],

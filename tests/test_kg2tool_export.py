@@ -15,6 +15,8 @@ from hopgym.tasks.kg2tool_export import (
     CORRUPTIONS,
     EXPORT_FORMATS,
     GOAL_QUESTION,
+    SYSTEM_PROMPT,
+    TOOL_LIST_INTRO,
     TOOL_QUESTION,
     answer_text,
     corrupt_result,
@@ -54,9 +56,27 @@ def _tools_for(fb):
     return lambda task: [documents[name].openai_schema()["function"] for name in task.tool_names]
 
 
+def first_question(record, fmt):
+    if fmt == "sharegpt":
+        return record["conversations"][0]["value"]
+    if fmt == "openai":
+        return record["messages"][1]["content"]
+    return record["history"][0][0] if record["history"] else record["instruction"]
+
+
+def offered_tools(record, fmt):
+    """The function documents a record lists, from wherever its format keeps them."""
+    if fmt == "sharegpt":
+        return json.loads(record["tools"])
+    if fmt == "openai":
+        return [tool["function"] for tool in record["tools"]]
+    return json.loads(record["system"].removeprefix(SYSTEM_PROMPT + TOOL_LIST_INTRO))
+
+
 @pytest.mark.parametrize("fmt", EXPORT_FORMATS)
 def test_the_export_command_writes_valid_records_that_round_trip(fb, tasks, task_file, tmp_path, fmt):
     out = tmp_path / f"data.{'json' if fmt == 'sharegpt' else 'jsonl'}"
+    documents = _tools_for(fb)
     assert main(["kg2tool", "export", "--tasks", str(task_file), "--format", fmt, "--out", str(out)]) == 0
     records = read_export(out)
     for record in records:
@@ -67,12 +87,11 @@ def test_the_export_command_writes_valid_records_that_round_trip(fb, tasks, task
     assert by_task == {task.id: ["trajectory", "steps", "plan", "review", "review"] for task in tasks}
     trajectories = [record for record in records if record["kind"] == "trajectory"]
     for task, record in zip(tasks, trajectories, strict=True):
-        assert task.query in (
-            record["conversations"][0]["value"] if fmt == "sharegpt" else record["history"][0][0]
+        assert task.query in first_question(record, fmt)
+        offered = offered_tools(record, fmt)  # every tool the solution calls, once, as documented
+        assert sorted(offered, key=lambda doc: doc["name"]) == sorted(
+            documents(task), key=lambda d: d["name"]
         )
-        system = record["system"]
-        for name in task.tool_names:  # the system prompt lists every tool the solution calls
-            assert f'"name": "{name}"' in system
         loaded = read_trajectory(record, fmt)
         assert loaded.calls == tuple((c.name, c.arguments, c.result) for c in task.solution)
         assert loaded.answer == tuple(sorted({fb.label(a) for a in task.answers}))
@@ -107,9 +126,12 @@ def test_plans_number_every_step(fb, tasks):
 
 
 def _review_response(record, fmt):
-    question = record["conversations"][0]["value"] if fmt == "sharegpt" else record["instruction"]
-    line = next(line for line in question.split("\n") if line.startswith("Tool response: "))
-    verdict = record["conversations"][1]["value"] if fmt == "sharegpt" else record["output"]
+    line = next(
+        line for line in first_question(record, fmt).split("\n") if line.startswith("Tool response: ")
+    )
+    verdicts = {"sharegpt": ("conversations", 1, "value"), "openai": ("messages", 2, "content")}
+    column, position, key = verdicts.get(fmt, ("", 0, ""))
+    verdict = record[column][position][key] if column else record["output"]
     return json.loads(line.removeprefix("Tool response: ")), verdict
 
 
@@ -160,4 +182,68 @@ def test_malformed_records_are_rejected(fb, tasks):
         validate_record({"id": "x", "task_id": "x", "kind": "plan", "instruction": "q", "input": "",
                          "output": "a", "system": "", "history": [["only one"]]}, "alpaca")  # fmt: skip
     with pytest.raises(ConfigError, match="unknown export format"):
-        next(export_records(tasks, "openai", _tools_for(fb), fb.label))
+        next(export_records(tasks, "parquet", _tools_for(fb), fb.label))
+
+
+def test_sharegpt_lists_the_tools_once_in_their_column_not_in_the_system_prompt(fb, tasks):
+    for record in export_records(tasks, "sharegpt", _tools_for(fb), fb.label):
+        tools = json.loads(record["tools"])
+        assert record["system"] == SYSTEM_PROMPT and tools
+        text = json.dumps(record, ensure_ascii=False)
+        for tool in tools:  # each description appears once in the whole record (the tools column)
+            assert text.count(json.dumps(tool["description"], ensure_ascii=False)[1:-1]) == 1
+
+
+def test_openai_records_are_chat_messages_with_tool_calls_answered_by_id(fb, tasks):
+    tools_for = _tools_for(fb)
+    records = list(export_records(tasks, "openai", tools_for, fb.label, kinds=["trajectory", "steps"]))
+    assert len(records) == 2 * len(tasks)
+    for record in records:
+        validate_record(record, "openai")
+        task = _task(tasks, record)
+        assert set(record) == {"messages", "tools", "id", "task_id", "kind"}
+        assert record["tools"] == [{"type": "function", "function": doc} for doc in tools_for(task)]
+        messages = record["messages"]
+        assert messages[0] == {"role": "system", "content": SYSTEM_PROMPT}
+        assert messages[1]["role"] == "user" and messages[1]["content"].startswith(task.query)
+        assert messages[-1] == {"role": "assistant", "content": answer_text(task, fb.label)}
+        calls = [m for m in messages if m.get("tool_calls")]
+        responses = [m for m in messages if m["role"] == "tool"]
+        assert len(calls) == len(responses) == len(task.solution)
+        for call_message, response, step in zip(calls, responses, task.solution, strict=True):
+            assert call_message["role"] == "assistant" and call_message["content"] is None
+            (call,) = call_message["tool_calls"]
+            assert call["type"] == "function" and call["function"]["name"] == step.name
+            assert json.loads(call["function"]["arguments"]) == step.arguments  # a JSON string, as OpenAI's
+            assert messages[messages.index(call_message) + 1] is response
+            assert response["tool_call_id"] == call["id"] and response["name"] == step.name
+            assert json.loads(response["content"]) == step.result
+        assert len({m["tool_calls"][0]["id"] for m in calls}) == len(calls)
+        assert json.loads(json.dumps(record)) == record  # plain JSON, one line per record
+
+
+def test_malformed_openai_records_are_rejected(fb, tasks):
+    record = next(export_records(tasks, "openai", _tools_for(fb), fb.label, kinds=["trajectory"]))
+    messages = record["messages"]
+    call_at = next(k for k, m in enumerate(messages) if m.get("tool_calls"))
+    wrong_id = [*messages[: call_at + 1], {**messages[call_at + 1], "tool_call_id": "call_99"}]
+    with pytest.raises(DataError, match="answers no pending tool call"):
+        validate_record({**record, "messages": [*wrong_id, *messages[call_at + 2 :]]}, "openai")
+    with pytest.raises(DataError, match="which 'tools' does not list"):
+        validate_record(
+            {**record, "tools": record["tools"][1:] if len(record["tools"]) > 1 else []}, "openai"
+        )
+    with pytest.raises(DataError, match="starts with the system message"):
+        validate_record({**record, "messages": messages[1:]}, "openai")
+    call = messages[call_at]["tool_calls"][0]
+    as_object = {
+        **call,
+        "function": {**call["function"], "arguments": json.loads(call["function"]["arguments"])},
+    }
+    unencoded = [
+        *messages[:call_at],
+        {**messages[call_at], "tool_calls": [as_object]},
+        *messages[call_at + 1 :],
+    ]
+    with pytest.raises(DataError, match="arguments must be a JSON object in a string"):
+        validate_record({**record, "messages": unencoded}, "openai")

@@ -153,3 +153,17 @@ def test_labels_must_match_the_run_folders(
     folders = arms(runs, "scenarios")
     assert main(["report", *folders, "--label", "only one"]) == 2
     assert "--label needs one distinct label per run folder (3)" in capsys.readouterr().err
+
+
+def test_a_direct_scenario_run_is_filed_under_no_feedback_mode(runs: Path, tmp_path: Path) -> None:
+    # The scenario arms (feedback at the env's default, detailed) beside the minimal-feedback arm: feedback
+    # varies, so it names the series of the scenario chart. A direct run offers no tool, so no call of it
+    # gets feedback: it is in a series of its own, not under "detailed".
+    folders = [*arms(runs, "scenarios"), str(runs / "feedback" / "minimal")]
+    text = report(folders, tmp_path)
+    chart = text.split("## Accuracy by scenario")[1].split("\n## ")[0]
+    assert "| scenario | no feedback | detailed | minimal |" in chart
+    direct = 100 * len(SCENARIO_CORRECT["direct"]) / 3
+    assert f"| direct | {direct:.2f} | – | – |" in chart
+    assert "| mandatory | – | 66.67 |" in chart and "| free | – | 100.00 | – |" in chart
+    assert "- `direct`: ToolHop-v0 · hopgym protocol · fc · openai/scripted · direct (3 episodes)" in text

@@ -96,6 +96,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         metavar="KEY=VALUE",
         help="any other request field, e.g. extra_body='{\"top_k\": 20}' (litellm keyword arguments)",
     )
+    parser.add_argument(
+        "--track",
+        action="append",
+        default=[],
+        metavar="TRACKER[:TARGET]",
+        help="log config, per-episode metrics and summary when the run ends (repeatable): mlflow[:URI] "
+        "(default: $MLFLOW_TRACKING_URI, else the file store ./mlruns) or wandb[:PROJECT] (offline unless "
+        "WANDB_MODE says otherwise); needs the tracking extra",
+    )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
 
@@ -167,7 +176,11 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.agents.records import EPISODES_FILE, read_episodes
     from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
     from hopgym.agents.summary import markdown_table, run_title
+    from hopgym.agents.tracking import Tracker, log_run
 
+    trackers = [Tracker.parse(spec) for spec in args.track]
+    for tracker in trackers:  # before the run: a missing library must not cost the run
+        tracker.check_installed()
     with model_endpoint(args) as endpoint:
         config = EvalConfig(
             out=Path(args.out) if args.out else _default_out(args),
@@ -196,6 +209,8 @@ def run(args: argparse.Namespace) -> int:
     tables = familytool_tables_for_run(config.out)  # the paper's Tables 3 and 4/5 for FamilyTool runs
     if tables:
         print(f"\n{tables}")
+    for line in log_run(config.out, trackers):
+        print(line)
     status, verdict = run_verdict(read_episodes(config.out / EPISODES_FILE))
     if verdict is not None:
         print(f"hopgym: {'error: ' if status else ''}{verdict}", file=sys.stderr)

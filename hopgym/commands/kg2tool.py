@@ -43,7 +43,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     sample.add_argument("--concurrency", type=int, default=8, help="--refine-with requests at once")
     sample.set_defaults(func=run_sample)
 
-    export = actions.add_parser("export", help="write instruction data (ShareGPT or Alpaca) from a task file")
+    export = actions.add_parser(
+        "export", help="write instruction data (ShareGPT, Alpaca or OpenAI chat) from a task file"
+    )
     export.add_argument("--tasks", type=Path, required=True, help="a file written by `hopgym kg2tool sample`")
     export.add_argument("--format", required=True, choices=EXPORT_FORMATS)
     export.add_argument(

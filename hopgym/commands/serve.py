@@ -30,6 +30,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     vllm.add_argument("--startup-timeout", type=float, default=1800.0, help="seconds to wait for readiness")
     vllm.set_defaults(func=serve_vllm)
 
+    scripted = servers.add_parser(
+        "scripted",
+        help="a mock OpenAI server for smoke tests without a model",
+        description="Answers every chat request by a fixed policy: while no tool result is in the "
+        "conversation it calls the first offered tool with placeholder arguments, then it answers with "
+        "the last tool result (or 'unknown'). Deterministic, instant, any env and agent.",
+    )
+    scripted.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
+    scripted.set_defaults(func=serve_scripted)
+
 
 def _serve_until_stopped(server, model_string: str) -> int:
     with server:
@@ -46,6 +56,16 @@ def serve_local(args: argparse.Namespace) -> int:
     return _serve_until_stopped(
         local_server(port=args.port, n_ctx=args.n_ctx, threads=args.threads), local_model_string()
     )
+
+
+def serve_scripted(args: argparse.Namespace) -> int:
+    from hopgym.agents.scripted_server import ScriptedModelServer, smoke_script
+
+    with ScriptedModelServer(smoke_script, port=args.port) as server:
+        print(f"ready: --model {server.model} --api-base {server.api_base} --api-key sk", flush=True)
+        print("(Ctrl-C stops the server)", flush=True)
+        while True:
+            time.sleep(3600)
 
 
 def serve_vllm(args: argparse.Namespace) -> int:
