@@ -11,14 +11,19 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from hopgym.agents.runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.errors import ClusterError, ConfigError, one_line
 
 EXTRA_MESSAGE = "--executor ray needs Ray: pip install 'hopgym[ray]'"
+PATH_OPTIONS = ("data_path", "kg_path")
+"""Env options naming files: a relative one is made absolute for the nodes, whose actors do not run in the
+driver's working directory."""
 
 
 def require_ray() -> Any:
@@ -84,7 +89,7 @@ class RayExecutor:
     so the runs of ``hopgym ablate`` share the nodes' actors."""
 
     def __init__(self, config: EvalConfig) -> None:
-        self.config = config
+        self.config = for_nodes(config)
         self._causes: list[str] = []
         if not ray.is_initialized():
             try:
@@ -171,6 +176,15 @@ class RayExecutor:
                 _kept[self._key_of[actor]] = actor
             else:
                 ray.kill(actor)
+
+
+def for_nodes(config: EvalConfig) -> EvalConfig:
+    """``config`` with its relative data paths made absolute (the run folder keeps them as given)."""
+    kwargs = dict(config.env_kwargs)
+    for key in PATH_OPTIONS:
+        if kwargs.get(key) is not None:
+            kwargs[key] = os.path.abspath(kwargs[key])
+    return replace(config, env_kwargs=kwargs)
 
 
 def _new_actor(node: str) -> Any:
