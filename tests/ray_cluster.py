@@ -26,6 +26,9 @@ FAST_NODE_DEATH = {  # the head declares a silent node dead after about 3 s inst
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "3",
 }
+NODE_IPS = ("127.0.0.2", "127.0.0.3")
+"""Loopback addresses of the head and the second node. Not 127.0.0.1: Ray swaps that for the machine's
+outward address, and the cluster's traffic must stay on loopback."""
 
 
 @dataclass
@@ -66,10 +69,11 @@ def free_port() -> int:
 
 def start_node(resource: str, temp_dir: str, head_port: int, head: bool) -> subprocess.Popen:
     where = ["--head", "--port", str(head_port), "--temp-dir", temp_dir, "--include-dashboard=false"]
+    where += ["--node-ip-address", NODE_IPS[0]]
     if not head:
-        where = ["--address", f"127.0.0.1:{head_port}"]
+        where = ["--address", f"{NODE_IPS[0]}:{head_port}", "--node-ip-address", NODE_IPS[1]]
     command = [
-        str(RAY), "start", *where, "--node-ip-address", "127.0.0.1", "--num-cpus", "1",
+        str(RAY), "start", *where, "--num-cpus", "1",
         "--resources", json.dumps({resource: 1}), "--object-store-memory", str(100 * 2**20),
         "--disable-usage-stats", "--block",
     ]  # fmt: skip
@@ -85,7 +89,7 @@ def wait_for_port(port: int, timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while True:
         with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
+            if probe.connect_ex((NODE_IPS[0], port)) == 0:
                 return
         assert time.monotonic() < deadline, f"the Ray head did not listen on {port} in {timeout} s"
         time.sleep(0.2)
@@ -118,8 +122,13 @@ def local_cluster(nodes: int = 2) -> Iterator[Cluster]:
         if nodes == 2:
             processes.append(start_node(NODE_RESOURCES[1], temp_dir, port, head=False))  # waits for the head
         wait_for_port(port)
-        ray.init(address=f"127.0.0.1:{port}", logging_level="ERROR", log_to_driver=False)
-        yield Cluster(f"127.0.0.1:{port}", wait_for_nodes(nodes), processes, temp_dir)
+        ray.init(
+            address=f"{NODE_IPS[0]}:{port}",
+            _node_ip_address=NODE_IPS[0],  # the driver is on the head's machine
+            logging_level="ERROR",
+            log_to_driver=False,
+        )
+        yield Cluster(f"{NODE_IPS[0]}:{port}", wait_for_nodes(nodes), processes, temp_dir)
     finally:
         ray.shutdown()
         for process in reversed(processes):  # every Ray process of a node is in its `ray start` group

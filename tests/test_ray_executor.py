@@ -99,12 +99,13 @@ def kgtool_tasks(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_ray_records_equal_the_local_executors_on_every_env(
-    cluster: Cluster, kgtool_tasks: Path, tmp_path: Path
+    cluster: Cluster, kgtool_tasks: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.chdir(kgtool_tasks.parent)  # the KGTool tasks by a relative path: the nodes get it resolved
     envs = {
         "ToolHop-v0": {},
         "FamilyTool-v0": {},
-        "KGTool-v0": {"data_path": str(kgtool_tasks), "kg": "family-e"},
+        "KGTool-v0": {"data_path": kgtool_tasks.name, "kg": "family-e"},
     }
     nodes_used: Counter[str] = Counter()
     with ScriptedModelServer(generic_policy()) as server:
