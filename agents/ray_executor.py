@@ -114,7 +114,7 @@ class RayExecutor:
         live = []
         for actor, result in zip(actors, started, strict=True):
             if isinstance(result, BaseException):
-                self._causes.append(one_line(str(result)))
+                self._causes.append(cause_of(result))
                 ray.kill(actor)
             else:
                 live.append(actor)
@@ -155,7 +155,7 @@ class RayExecutor:
                         queue.appendleft(item)
                         if actor in live:
                             live.remove(actor)
-                            self._causes.append(one_line(str(exc)))
+                            self._causes.append(cause_of(exc))
                         continue
                     yield record
                 fill()
@@ -176,6 +176,14 @@ class RayExecutor:
                 _kept[self._key_of[actor]] = actor
             else:
                 ray.kill(actor)
+
+
+def cause_of(exc: BaseException) -> str:
+    """One line on why a node failed: for an error raised in an actor, the original exception (Ray's own
+    message leads with a traceback that would hide it)."""
+    cause = getattr(exc, "cause", None)
+    cause = cause if isinstance(cause, BaseException) else exc
+    return one_line(f"{type(cause).__name__}: {cause}")
 
 
 def for_nodes(config: EvalConfig) -> EvalConfig:
