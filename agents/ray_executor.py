@@ -13,7 +13,7 @@ import asyncio
 import logging
 import os
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -120,7 +120,7 @@ class RayExecutor:
                 live.append(actor)
         return live
 
-    async def stream(self, pending: Sequence[Episode]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]:
         size = min(self.config.concurrency, len(pending))
         queue = deque(pending)
         live = await self._start(size)
@@ -168,7 +168,7 @@ class RayExecutor:
         """Close the actors' runs (episodes still running there, envs, sandbox workers); keep each actor
         that closed in time for the driver's next run, and end the others."""
         closing = {asyncio.ensure_future(_resolve(actor.close.remote())): actor for actor in actors}
-        done = set()
+        done: set[asyncio.Future[Any]] = set()
         if closing:
             done, _ = await asyncio.wait(closing, timeout=timeout)
         for future, actor in closing.items():
@@ -197,7 +197,7 @@ def for_nodes(config: EvalConfig) -> EvalConfig:
 
 def _new_actor(node: str) -> Any:
     strategy = NodeAffinitySchedulingStrategy(node, soft=False)
-    return EpisodeActor.options(scheduling_strategy=strategy).remote()
+    return EpisodeActor.options(scheduling_strategy=strategy).remote()  # type: ignore[attr-defined]
 
 
 async def _resolve(ref: Any) -> Any:

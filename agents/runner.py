@@ -23,7 +23,7 @@ import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -317,7 +317,7 @@ Episode = tuple[int, str, int]
 class Executor(Protocol):
     """Runs the pending episodes somewhere and yields each finished record once, in finishing order."""
 
-    def stream(self, pending: Sequence[Episode]) -> AsyncIterator[dict[str, Any]]: ...
+    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]: ...
 
 
 class LocalExecutor:
@@ -327,7 +327,7 @@ class LocalExecutor:
         self._runner = runner
         self._first_env = first_env
 
-    async def stream(self, pending: Sequence[Episode]) -> AsyncIterator[dict[str, Any]]:
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]:
         runner = self._runner
         episodes: list[asyncio.Future[dict[str, Any]]] = []
         try:
