@@ -134,7 +134,7 @@ def local_cluster(nodes: int = 2) -> Iterator[Cluster]:
         for process in reversed(processes):  # every Ray process of a node is in its `ray start` group
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 1  # a graceful stop takes longer; nothing is kept
         for process in reversed(processes):
             with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(0.1, deadline - time.monotonic()))
