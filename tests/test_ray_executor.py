@@ -31,7 +31,11 @@ if importlib.util.find_spec("ray") is None:
     if os.environ.get("CI"):
         raise RuntimeError("CI installs hopgym[ray]; these tests must run there")
     pytest.skip("needs hopgym[ray]", allow_module_level=True)
-pytestmark = [needs_data("toolhop/toolhop_subset100.jsonl"), needs_data("familytool/familytool-e.jsonl")]
+pytestmark = [
+    needs_data("toolhop/toolhop_subset100.jsonl"),
+    needs_data("familytool/familytool-e.jsonl"),
+    pytest.mark.xdist_group("ray-cluster"),  # one worker, in file order: one cluster, the node kill last
+]
 
 
 @pytest.fixture(scope="module")
