@@ -52,8 +52,15 @@ class EpisodeActor:
         self._node = ray.get_runtime_context().get_node_id()
 
     async def start(self, config: EvalConfig, size: int) -> str:
-        self._runner = EpisodeRunner(config, config.concurrency)
-        await self._runner.start(size)
+        """Make this run's runner and fill its pool; on failure (e.g. the data missing on this node) close
+        what was made, so the actor stays clean for the next run."""
+        runner = EpisodeRunner(config, config.concurrency)
+        try:
+            await runner.start(size)
+        except BaseException:
+            await runner.close()
+            raise
+        self._runner = runner
         return self._node
 
     async def episode(self, index: int, task_id: str, sample: int) -> dict[str, Any]:
@@ -106,16 +113,19 @@ class RayExecutor:
 
     async def _start(self, size: int) -> list[Any]:
         """One started actor per node (kept from an earlier run, else new); a node whose actor cannot start
-        is left out (its cause kept)."""
+        is left out (its cause kept), its actor kept if only the run's start failed there."""
         actors = [_kept.pop(key, None) or _new_actor(key[1]) for key in self._keys]
         self._key_of = dict(zip(actors, self._keys, strict=True))
         starts = [actor.start.remote(self.config, size) for actor in actors]
         started = await asyncio.gather(*starts, return_exceptions=True)
         live = []
         for actor, result in zip(actors, started, strict=True):
-            if isinstance(result, BaseException):
+            if isinstance(result, RayActorError):
                 self._causes.append(cause_of(result))
                 ray.kill(actor)
+            elif isinstance(result, BaseException):
+                self._causes.append(cause_of(result))
+                _kept[self._key_of[actor]] = actor
             else:
                 live.append(actor)
         return live

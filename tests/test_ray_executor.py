@@ -15,6 +15,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from hopgym.agents.model import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
+from hopgym.errors import ClusterError
 from tests.ray_cluster import NODE_RESOURCES, Cluster, local_cluster
 from tests.shared_data import needs_data
 
@@ -188,6 +190,25 @@ def test_the_embedded_local_model_is_refused_with_the_ray_executor(
     code = main(["eval", "--model", "local", "--executor", "ray", "--out", str(tmp_path / "run")])
     assert code == 2 and not (tmp_path / "run").exists()
     assert "--model local serves this machine only" in capsys.readouterr().err
+
+
+def test_a_run_no_node_can_start_fails_naming_the_nodes_cause(
+    cluster: Cluster, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The tasks file is on the driver but not on the nodes (here: the nodes are sent a path that does not
+    exist): no node starts, and the run says why and how to go on."""
+    from hopgym.agents import ray_executor
+
+    missing = str(tmp_path / "only-on-the-driver.jsonl")
+    sent = ray_executor.for_nodes
+    monkeypatch.setattr(
+        ray_executor, "for_nodes", lambda config: replace(sent(config), env_kwargs={"data_path": missing})
+    )
+    with ScriptedModelServer(generic_policy()) as server, pytest.raises(ClusterError) as raised:
+        evaluate(server, tmp_path / "run", "ToolHop-v0", executor="ray", ray_address=cluster.address)
+    message = str(raised.value)
+    assert message.startswith("every Ray node running episodes failed, 4 episodes left (rerun with --resume)")
+    assert f"the last cause: DataError: ToolHop data_path {missing!r} is not a file" in message
 
 
 def test_a_stopped_ray_run_resumes_with_every_episode_once(cluster: Cluster, tmp_path: Path) -> None:
