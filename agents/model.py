@@ -2,7 +2,8 @@
 
 litellm is imported lazily (it takes seconds) and with its network cost-map fetch disabled. The client
 does its own retrying (the OpenAI client's built-in retries are switched off) so the count is exact and
-every retry is visible in the episode record.
+every retry is visible in the episode record. Given several servers of one model (``api_base`` a tuple),
+it balances requests over them and leaves a failing one out for a while (:class:`Endpoints`).
 """
 
 from __future__ import annotations
@@ -75,7 +76,8 @@ class ModelConfig:
     what the env's protocol asks for (``info["sampling"]``), else greedy decoding and no cap."""
 
     model: str
-    api_base: str | None = None
+    api_base: str | tuple[str, ...] | None = None
+    """One server, or several replicas of the same model: requests are balanced over them."""
     api_key: str | None = None
     temperature: float | None = None
     max_tokens: int | None = None
@@ -83,6 +85,8 @@ class ModelConfig:
     max_retries: int = 4
     backoff_base: float = 0.5
     backoff_max: float = 20.0
+    endpoint_cooldown: float = 2.0
+    """Seconds a server that failed is left out (doubling while it keeps failing, up to ``backoff_max``)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
     """Further litellm keyword arguments (e.g. ``seed``), passed through unchanged."""
     tool_choice_substitutes: Mapping[str, str] = field(default_factory=dict)
@@ -154,6 +158,48 @@ def is_retryable(exc: BaseException, litellm: Any) -> bool:
     return isinstance(status, int) and status >= 500
 
 
+class Endpoints:
+    """The servers of one model. Each request goes to the server with the fewest requests in flight among
+    those not cooling down (ties in turn); a server that failed transiently cools down, and is tried again
+    once that is over. When every server is cooling down, the one that recovers first is used."""
+
+    def __init__(self, bases: Sequence[str | None], cooldown: float, cooldown_max: float) -> None:
+        self.bases = tuple(bases)
+        self._cooldown = cooldown
+        self._cooldown_max = cooldown_max
+        self._in_flight = [0] * len(self.bases)
+        self._failures = [0] * len(self.bases)
+        self._down_until = [0.0] * len(self.bases)
+        self._turn = 0
+
+    def acquire(self) -> int:
+        """The index of the server for the next request; pair with :meth:`release`."""
+        count = len(self.bases)
+        now = time.monotonic()
+        candidates = [i for i in range(count) if self._down_until[i] <= now]
+        if not candidates:
+            candidates = [min(range(count), key=self._down_until.__getitem__)]
+        choice = min(candidates, key=lambda i: (self._in_flight[i], (i - self._turn) % count))
+        self._turn = (choice + 1) % count
+        self._in_flight[choice] += 1
+        return choice
+
+    def release(self, index: int, failed: bool) -> None:
+        self._in_flight[index] -= 1
+        if not failed:
+            self._failures[index] = 0
+            self._down_until[index] = 0.0
+            return
+        self._failures[index] += 1
+        cooldown = min(self._cooldown_max, self._cooldown * 2 ** (self._failures[index] - 1))
+        self._down_until[index] = time.monotonic() + cooldown
+
+    def any_available(self) -> bool:
+        """Whether some server is not cooling down (a retry can go there at once)."""
+        now = time.monotonic()
+        return any(until <= now for until in self._down_until)
+
+
 class ModelClient:
     """Sends chat requests to any litellm provider string and returns :class:`ModelReply` objects."""
 
@@ -162,7 +208,12 @@ class ModelClient:
             raise ConfigError(
                 f"max_retries must be >= 0 and timeout > 0, got {config.max_retries} and {config.timeout}"
             )
+        bases = config.api_base if isinstance(config.api_base, tuple) else (config.api_base,)
+        urls = bool(bases) and all(isinstance(base, str) and base for base in bases)
+        if isinstance(config.api_base, tuple) and not urls:
+            raise ConfigError(f"api_base must be a URL or a non-empty tuple of URLs, got {config.api_base!r}")
         self.config = config
+        self.endpoints = Endpoints(bases, config.endpoint_cooldown, config.backoff_max)
         self._litellm = import_litellm()
         import openai  # installed with litellm; its error class is the base of every litellm error
 
@@ -185,10 +236,14 @@ class ModelClient:
         usage = Usage()
         for attempt in range(self.config.max_retries + 1):
             started = time.perf_counter()
+            endpoint = self.endpoints.acquire()
+            base = self.endpoints.bases[endpoint]
             try:
-                response = await self._litellm.acompletion(**request)
+                response = await self._litellm.acompletion(**request, **({"api_base": base} if base else {}))
             except self._error_base as exc:  # the base of every error litellm maps to
-                if not is_retryable(exc, self._litellm):
+                retryable = is_retryable(exc, self._litellm)
+                self.endpoints.release(endpoint, failed=retryable)
+                if not retryable:
                     raise ModelError(f"{self.config.model}: {type(exc).__name__}: {exc}") from exc
                 crash = self.config.server_failure() if self.config.server_failure else None
                 if crash:
@@ -199,8 +254,13 @@ class ModelClient:
                         f"{type(exc).__name__}: {exc}"
                     ) from exc
                 usage.retries += 1
-                await asyncio.sleep(self._backoff(attempt))
+                if not self.endpoints.any_available():  # another server can take the retry at once
+                    await asyncio.sleep(self._backoff(attempt))
                 continue
+            except BaseException:
+                self.endpoints.release(endpoint, failed=False)
+                raise
+            self.endpoints.release(endpoint, failed=False)
             latency_ms = (time.perf_counter() - started) * 1000
             if not getattr(response, "choices", None):
                 raise ModelError(f"{self.config.model}: the server returned no choices")
@@ -229,8 +289,6 @@ class ModelClient:
             "num_retries": 0,
             **config.extra,
         }
-        if config.api_base:
-            request["api_base"] = config.api_base
         if config.api_key:
             request["api_key"] = config.api_key
         if max_tokens:

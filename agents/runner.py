@@ -8,21 +8,26 @@ there. A model-server or sandbox failure ends only its episode, recorded with th
 With ``samples`` K each selected task runs K times; sample k resets its env with seed ``seed + k`` and, when
 the model config carries a ``seed``, asks the model with ``seed + k`` too, so the samples differ and each
 is reproducible.
+
+Where episodes run is the executor's business: :class:`LocalExecutor` runs them in this process, the Ray
+executor (``agents/ray_executor.py``) on a cluster's nodes, each with its own :class:`EpisodeRunner`. Either
+streams finished records back to :class:`EvalRun`, which alone writes the run folder.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import threading
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import gymnasium as gym
 from tqdm import tqdm
@@ -42,6 +47,7 @@ from hopgym.tasks.sampling import stratified_sample, task_stratum
 RUN_FILE = "run.json"
 SUMMARY_JSON = "summary.json"
 SUMMARY_MD = "summary.md"
+EXECUTORS = ("local", "ray")
 T = TypeVar("T")
 
 
@@ -67,6 +73,9 @@ class EvalConfig:
     """Episodes per task."""
     resume: bool = False
     progress: bool = True
+    executor: str = "local"
+    """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
+    ray_address: str | None = None
 
     def run_identity(self) -> dict[str, Any]:
         """Settings a resumed run must share; the newer ones appear only when set, so a run folder made
@@ -186,23 +195,12 @@ class EnvPool:
         env.close()
 
 
-class EvalRun:
-    """One ``hopgym eval`` run over a run folder."""
+class EpisodeRunner:
+    """Runs episodes in this process, up to ``concurrency`` at once, each with an env from one pool. The
+    local executor has one; the Ray executor one per node."""
 
-    def __init__(self, config: EvalConfig) -> None:
-        if config.concurrency < 1:
-            raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
-        if config.limit is not None and config.limit < 1:
-            raise ConfigError(f"--limit must be at least 1, got {config.limit}")
-        if config.samples < 1:
-            raise ConfigError(f"--samples must be at least 1, got {config.samples}")
-        choosers = [name for name, value in CHOOSERS.items() if getattr(config, value) not in (None, ())]
-        if len(choosers) > 1:
-            raise ConfigError(f"{' and '.join(choosers)} all choose the tasks; pass one of them")
-        check_env_options(config.env_id, config.env_kwargs)
+    def __init__(self, config: EvalConfig, concurrency: int) -> None:
         self.config = config
-        self.out = Path(config.out)
-        self.episodes_path = self.out / EPISODES_FILE
         clients: dict[Any, ModelClient] = {}  # one client per distinct model seed
         self._make_agent: list[Callable[[], Agent]] = []
         for sample in range(config.samples):
@@ -211,51 +209,48 @@ class EvalRun:
             if seed not in clients:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
-        self._executor = ThreadPoolExecutor(
-            max_workers=config.concurrency + 1, thread_name_prefix="hopgym-env"
-        )
+        self._executor = ThreadPoolExecutor(max_workers=concurrency + 1, thread_name_prefix="hopgym-env")
         self._env_creation = threading.Lock()
-        self._finished = 0
-        self._correct = 0
-        self._errors = 0
-        self._provenance: dict[str, Any] = {}
+        self._pool: EnvPool | None = None
 
-    # -- preparation -------------------------------------------------------------------------------
-
-    def _check_folder(self) -> None:
-        """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
-        identity = self.config.run_identity()
-        check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
-
-    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
-        """Create the run folder (options and data are checked by now) with its run.json (identity and
-        provenance); return the records already there."""
-        run_file = self.out / RUN_FILE
-        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
-        self._provenance = start_provenance(env.unwrapped, expected, previous)
-        self.out.mkdir(parents=True, exist_ok=True)
-        self._write_run_file()
-        return read_episodes(self.episodes_path, repair=True)
-
-    def _write_run_file(self) -> None:
-        run = {**self.config.run_identity(), "provenance": self._provenance}
-        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
-
-    def _make_env(self) -> gym.Env:
+    def make_env(self) -> gym.Env:
         # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
         # support from several threads at once ("AST constructor recursion depth mismatch").
         with self._env_creation:
             return gym.make(self.config.env_id, **self.config.env_kwargs)
 
-    # -- running -----------------------------------------------------------------------------------
-
-    async def _in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
 
-    async def _episode(self, pool: EnvPool, index: int, task_id: str, sample: int) -> dict[str, Any]:
+    async def start(self, size: int, first_env: gym.Env | None = None) -> None:
+        """Make the pool of ``size`` envs (``first_env`` among them, if given) before the first episode."""
+        first = first_env if first_env is not None else await self.in_thread(self.make_env)
+        self._pool = EnvPool(self.make_env, size, first, self.in_thread)
+        await self._pool.fill()
+
+    async def close(self) -> None:
+        """Wait for the env threads (envs still being made, steps still running), then close every env;
+        the runner runs no episode after this."""
+        await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
+
+    def _close_envs(self) -> None:
+        self.shutdown()
+        if self._pool is not None:
+            envs, self._pool = self._pool.envs, None
+            for env in envs:
+                env.close()
+
+    def shutdown(self) -> None:
+        """Stop the env threads (waiting for those still running)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def episode(self, index: int, task_id: str, sample: int) -> dict[str, Any]:
         """Run one episode to its end and return its record; any exception ends only this episode,
         recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
+        if self._pool is None:
+            raise RuntimeError("EpisodeRunner.start() must come before episodes")
+        pool = self._pool
         started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
         agent: Agent | None = None
         observation: Mapping[str, Any] | None = None
@@ -269,14 +264,14 @@ class EvalRun:
             healthy = True
             try:
                 started = time.perf_counter()
-                observation, info = await self._in_thread(
+                observation, info = await self.in_thread(
                     env.reset, seed=self.config.seed + sample, options={"index": index}
                 )
                 while not (terminated or truncated):
                     action = await agent.act(observation, info)
                     if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
                         parallel_turns += 1
-                    observation, reward, terminated, truncated, info = await self._in_thread(env.step, action)
+                    observation, reward, terminated, truncated, info = await self.in_thread(env.step, action)
                     turns += 1
                     calls.extend(info.get("calls") or ())
             except Exception as exc:
@@ -314,48 +309,126 @@ class EvalRun:
             "messages": messages,
         }
 
+
+Episode = tuple[int, str, int]
+"""(task index, task id, sample): one episode of a run."""
+
+
+class Executor(Protocol):
+    """Runs the pending episodes somewhere and yields each finished record once, in finishing order."""
+
+    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]: ...
+
+
+class LocalExecutor:
+    """Every episode in this process, ``concurrency`` at once (the first env, already made, is reused)."""
+
+    def __init__(self, runner: EpisodeRunner, first_env: gym.Env) -> None:
+        self._runner = runner
+        self._first_env = first_env
+
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]:
+        runner = self._runner
+        episodes: list[asyncio.Future[dict[str, Any]]] = []
+        try:
+            await runner.start(min(runner.config.concurrency, len(pending)), self._first_env)
+            episodes = [asyncio.ensure_future(runner.episode(*episode)) for episode in pending]
+            for finished in asyncio.as_completed(episodes):
+                yield await finished
+        finally:
+            for episode in episodes:  # after a crash, episodes still running must not outlive the run
+                episode.cancel()
+            await asyncio.gather(*episodes, return_exceptions=True)
+            await runner.close()
+
+
+class EvalRun:
+    """One ``hopgym eval`` run over a run folder."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        if config.concurrency < 1:
+            raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+        if config.limit is not None and config.limit < 1:
+            raise ConfigError(f"--limit must be at least 1, got {config.limit}")
+        if config.samples < 1:
+            raise ConfigError(f"--samples must be at least 1, got {config.samples}")
+        choosers = [name for name, value in CHOOSERS.items() if getattr(config, value) not in (None, ())]
+        if len(choosers) > 1:
+            raise ConfigError(f"{' and '.join(choosers)} all choose the tasks; pass one of them")
+        if config.executor not in EXECUTORS:
+            raise ConfigError(f"unknown executor {config.executor!r}; valid: {', '.join(EXECUTORS)}")
+        if config.executor == "ray":
+            from hopgym.agents.ray_executor import require_ray
+
+            require_ray()
+        check_env_options(config.env_id, config.env_kwargs)
+        self.config = config
+        self.out = Path(config.out)
+        self.episodes_path = self.out / EPISODES_FILE
+        self._runner = EpisodeRunner(config, config.concurrency)  # checks the agent and model options
+        self._finished = 0
+        self._correct = 0
+        self._errors = 0
+        self._provenance: dict[str, Any] = {}
+
+    # -- preparation -------------------------------------------------------------------------------
+
+    def _check_folder(self) -> None:
+        """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
+        identity = self.config.run_identity()
+        check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
+
+    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
+        """Create the run folder (options and data are checked by now) with its run.json (identity and
+        provenance); return the records already there."""
+        run_file = self.out / RUN_FILE
+        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
+        self._provenance = start_provenance(env.unwrapped, expected, previous)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._write_run_file()
+        return read_episodes(self.episodes_path, repair=True)
+
+    def _write_run_file(self) -> None:
+        run = {**self.config.run_identity(), "provenance": self._provenance}
+        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+
+    def _executor(self, first_env: gym.Env) -> Executor:
+        if self.config.executor == "ray":
+            from hopgym.agents.ray_executor import RayExecutor
+
+            return RayExecutor(self.config)
+        return LocalExecutor(self._runner, first_env)
+
+    # -- running -----------------------------------------------------------------------------------
+
     def _count(self, record: Mapping[str, Any]) -> None:
         self._finished += 1
         self._correct += bool(record.get("correct"))
         self._errors += record.get("error") is not None
 
-    async def _run(self, first_env: gym.Env, pending: list[tuple[int, str, int]], bar: tqdm) -> None:
-        pool = EnvPool(self._make_env, min(self.config.concurrency, len(pending)), first_env, self._in_thread)
+    async def _run(self, executor: Executor, pending: list[Episode], bar: tqdm) -> None:
         writer = EpisodeWriter(self.episodes_path)
-        episodes: list[asyncio.Future[dict[str, Any]]] = []
         try:
-            await pool.fill()
-            episodes = [asyncio.ensure_future(self._episode(pool, *episode)) for episode in pending]
-            for finished in asyncio.as_completed(episodes):
-                record = await finished
-                writer.write(record)
-                self._count(record)
-                bar.set_postfix(
-                    acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False
-                )
-                bar.update(1)
+            async with contextlib.aclosing(executor.stream(pending)) as records:
+                async for record in records:
+                    writer.write(record)
+                    self._count(record)
+                    bar.set_postfix(
+                        acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False
+                    )
+                    bar.update(1)
         finally:
-            for episode in episodes:  # after a crash, episodes still running must not outlive the run
-                episode.cancel()
-            await asyncio.gather(*episodes, return_exceptions=True)
             writer.close()
-            loop = asyncio.get_running_loop()
-            await loop.run_in_executor(None, self._close_envs, pool)
-
-    def _close_envs(self, pool: EnvPool) -> None:
-        """Wait for the env threads (envs still being made, steps still running), then close every env."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
-        for env in pool.envs:
-            env.close()
 
     def run(self) -> dict[str, Any]:
-        """Run every pending episode, then write and return the summary. The folder is checked, and the
-        first env made (its options and data checked), before anything is written: a mistake leaves no
-        half-made run behind."""
+        """Run every pending episode, then write and return the summary. The folder is checked, the first
+        env made (its options and data checked) and the executor reached before anything is written: a
+        mistake leaves no half-made run behind."""
         self._check_folder()
-        first_env = self._make_env()
+        first_env = self._runner.make_env()
         try:
             selected = self._select(first_env.unwrapped.tasks)
+            executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
             done = {episode_key(record) for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
@@ -371,17 +444,17 @@ class EvalRun:
             )
             with bar:
                 if pending:
-                    run_to_completion(self._run(first_env, pending, bar))
+                    run_to_completion(self._run(executor, pending, bar))
         finally:
             first_env.close()
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._runner.shutdown()
         wanted = {(task_id, sample) for _, task_id, sample in selected}
         recorded = wanted & {episode_key(record) for record in read_episodes(self.episodes_path)}
         self._provenance = finish_provenance(self._provenance, len(recorded))
         self._write_run_file()
         return self.write_summary()
 
-    def _select(self, tasks: Sequence[Any]) -> list[tuple[int, str, int]]:
+    def _select(self, tasks: Sequence[Any]) -> list[Episode]:
         """(index, task id, sample) of every episode this run holds: the first ``limit`` tasks, or a
         stratified ``sample`` of them, or those named in ``task_ids``, or all, each ``samples`` times."""
         indices = list(range(len(tasks)))[: self.config.limit]

@@ -57,6 +57,10 @@ class WorkerProtocolError(WorkerCrashedError):
     """A sandbox worker broke the protocol: an unparseable, oversized, malformed or unrequested message."""
 
 
+class ClusterError(HopgymError):
+    """The Ray cluster could not be joined, or lost every node that ran episodes."""
+
+
 class ModelError(HopgymError):
     """The model server failed or returned something unusable."""
 

@@ -72,6 +72,8 @@ def run(args: argparse.Namespace) -> int:
             limit=args.limit,
             resume=args.resume,
             progress=not args.no_progress,
+            executor=args.executor,
+            ray_address=args.ray_address,
         )
         summaries = run_ablation(name, base)
     markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))

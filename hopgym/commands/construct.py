@@ -24,7 +24,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--model", required=True, help="litellm provider string, or 'local' (embedded SmolLM2)"
     )
     parser.add_argument("--out", required=True, type=Path, help="dataset file to write (JSON list)")
-    parser.add_argument("--api-base", help="base URL of the model server")
+    parser.add_argument(
+        "--api-base", action="append", help="base URL of the model server; repeat for replicas of one model"
+    )
     parser.add_argument("--api-key", help="API key for the model server")
     parser.add_argument("--limit", type=int, help="construct only the first N rows")
     parser.add_argument(

@@ -51,7 +51,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="litellm provider string (e.g. hosted_vllm/Qwen/Qwen2.5-7B-Instruct, openai/gpt-4o), "
         "or 'local' to start the embedded SmolLM2 server",
     )
-    parser.add_argument("--api-base", help="base URL of the model server")
+    parser.add_argument(
+        "--api-base",
+        action="append",
+        help="base URL of the model server; repeat for replicas of one model (requests are balanced, a "
+        "failing server is left out for a while)",
+    )
     parser.add_argument("--api-key", help="API key for the model server")
     parser.add_argument("--scenario", help="direct | mandatory | free (passed to the env)")
     parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
@@ -59,7 +64,18 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
     parser.add_argument("--agent-arg", action="append", metavar="KEY=VALUE", help="an agent option")
     parser.add_argument(
-        "--concurrency", type=int, help="episodes run at once (default: 8; 1 for the local model)"
+        "--concurrency",
+        type=int,
+        help="episodes run at once, per node with ray (default: 8; 1 for the local model)",
+    )
+    parser.add_argument(
+        "--executor",
+        choices=("local", "ray"),
+        default="local",
+        help="where episodes run: this process, or a Ray cluster's nodes (needs hopgym[ray])",
+    )
+    parser.add_argument(
+        "--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a new local instance)"
     )
     parser.add_argument("--limit", type=int, help="run only the first N tasks")
     parser.add_argument(
@@ -133,13 +149,25 @@ def _default_out(args: argparse.Namespace) -> Path:
     return Path("runs") / re.sub(r"[^A-Za-z0-9_.-]+", "_", "-".join(p for p in parts if p))
 
 
+def api_base_from(bases: Sequence[str] | None) -> str | tuple[str, ...] | None:
+    """``--api-base`` given once, several times (replicas of one model), or not at all."""
+    if not bases:
+        return None
+    return bases[0] if len(bases) == 1 else tuple(bases)
+
+
 @contextlib.contextmanager
 def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
     """ModelConfig fields naming the model and its server; ``local`` runs the embedded server meanwhile."""
+    if args.model == "local" and getattr(args, "executor", "local") == "ray":
+        raise ConfigError(
+            "--model local serves this machine only; with --executor ray pass --model and --api-base of "
+            "a model server every node can reach"
+        )
     if args.model != "local":
         yield {
             "model": args.model,
-            "api_base": args.api_base,
+            "api_base": api_base_from(args.api_base),
             "api_key": args.api_key,
             "max_tokens": args.max_tokens,
             "timeout": args.timeout or DEFAULT_TIMEOUT,
@@ -202,6 +230,8 @@ def run(args: argparse.Namespace) -> int:
             samples=args.samples,
             resume=args.resume,
             progress=not args.no_progress,
+            executor=args.executor,
+            ray_address=args.ray_address,
         )
         summary = EvalRun(config).run()
     print(f"\n{run_title(summary)}  ({config.out})\n")
