@@ -30,7 +30,7 @@ _JSON_TO_PYTHON |= {"array": "list", "object": "dict"}
 
 
 def _annotation(schema: Mapping[str, Any]) -> str:
-    kind = schema.get("type")
+    kind = schema.get("type", "")
     if isinstance(kind, list):
         return " | ".join(_JSON_TO_PYTHON.get(k, "Any") for k in kind)
     return _JSON_TO_PYTHON.get(kind, "Any")

@@ -226,7 +226,9 @@ class ToolConstructor:
                 return None, failures
             refined = reply.get("refined_version")
             failures = check_document(refined, taken)
-            return refined, failures or check_backward_compatible(original, refined)
+            if failures or not isinstance(refined, Mapping):  # check_document fails every non-object
+                return refined, failures
+            return refined, check_backward_compatible(original, refined)
 
         return check
 

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import llama_cpp
-from llama_cpp import llama_chat_format, llama_grammar
+from llama_cpp import llama_chat_format, llama_grammar, llama_types
 from llama_cpp.server.__main__ import main
 
 from hopgym.agents.local_server import CHAT_FORMAT
@@ -40,7 +40,7 @@ TOOLS_PREAMBLE = (
     "<tool_call></tool_call> XML tags:\n<tool_call>\n"
     '{{"name": <function-name>, "arguments": <args-json-object>}}\n</tool_call>'
 )
-_SAMPLING = ("temperature", "top_p", "top_k", "min_p", "typical_p", "seed", "repeat_penalty")
+_SAMPLING: tuple[str, ...] = ("temperature", "top_p", "top_k", "min_p", "typical_p", "seed", "repeat_penalty")
 _SAMPLING += ("presence_penalty", "frequency_penalty", "logit_bias")
 
 
@@ -181,7 +181,7 @@ def parse_reply(text: str) -> tuple[str, list[dict[str, Any]]]:
         name, arguments = call["name"], json.dumps(call["arguments"], ensure_ascii=False)
     except (json.JSONDecodeError, KeyError, TypeError):
         name, arguments = body.partition('"name": "')[2].partition('"')[0], body
-    tool_call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function"}
+    tool_call: dict[str, Any] = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function"}
     tool_call["function"] = {"name": name, "arguments": arguments}
     return head.strip(), [tool_call]
 
@@ -194,7 +194,7 @@ def hopgym_tools(
     tool_choice: Any = None,
     stop: str | list[str] | None = None,
     max_tokens: int | None = None,
-    response_format: Mapping[str, Any] | None = None,
+    response_format: llama_types.ChatCompletionRequestResponseFormat | None = None,
     grammar: Any = None,
     stream: bool = False,
     **kwargs: Any,

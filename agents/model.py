@@ -297,8 +297,9 @@ class ModelClient:
             request["tools"] = list(tools)
             if tool_choice:
                 substitutes = config.tool_choice_substitutes
-                named = not isinstance(tool_choice, str)  # {"type": "function", ...} is never substituted
-                request["tool_choice"] = tool_choice if named else substitutes.get(tool_choice, tool_choice)
+                if isinstance(tool_choice, str):  # {"type": "function", ...} is never substituted
+                    tool_choice = substitutes.get(tool_choice, tool_choice)
+                request["tool_choice"] = tool_choice
         if stop:
             request["stop"] = list(stop)
         return request

@@ -24,6 +24,7 @@ from hopgym.agents.summary import feedback_applies, markdown_table, run_title, s
 from hopgym.envs.ablation import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
+from hopgym.options import env_creator
 
 REPORT_FILE = "report.md"
 Series = dict[str, list[float | None]]
@@ -63,10 +64,7 @@ def _env_defaults(env_id: str) -> dict[str, Any]:
         spec = gym.spec(env_id)
     except gym.error.Error as exc:
         raise DataError(f"run folder names env {env_id!r}, which is not registered: {exc}") from exc
-    creator = spec.entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
-    parameters = inspect.signature(creator).parameters.values()
+    parameters = inspect.signature(env_creator(spec)).parameters.values()
     defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
     return {**defaults, **spec.kwargs}
 

@@ -27,7 +27,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Protocol, SupportsFloat, TypeVar
 
 import gymnasium as gym
 from tqdm import tqdm
@@ -39,6 +39,7 @@ from hopgym.agents.provenance import finish_provenance, start_provenance
 from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
+from hopgym.envs.chat import chat_env
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
 from hopgym.options import check_env_options
 from hopgym.sandbox.base import Sandbox
@@ -253,11 +254,12 @@ class EpisodeRunner:
         pool = self._pool
         started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
         agent: Agent | None = None
-        observation: Mapping[str, Any] | None = None
+        observation: Mapping[str, Any] = {}  # until reset returns
         info: Mapping[str, Any] = {}
         calls: list[dict[str, Any]] = []
         turns = parallel_turns = 0
-        reward, terminated, truncated, error = 0.0, False, False, None
+        reward: SupportsFloat = 0.0  # gymnasium's reward type; the record holds float(reward)
+        terminated, truncated, error = False, False, None
         try:
             agent = self._make_agent[sample]()
             env = await pool.acquire()
@@ -283,7 +285,7 @@ class EpisodeRunner:
                 pool.release(env, healthy)
         except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"
-        messages = list(observation["messages"]) if observation is not None else []
+        messages = list(observation.get("messages", ()))
         final = messages[-1] if terminated and messages else None
         return {
             "task_id": task_id,
@@ -427,7 +429,7 @@ class EvalRun:
         self._check_folder()
         first_env = self._runner.make_env()
         try:
-            selected = self._select(first_env.unwrapped.tasks)
+            selected = self._select(chat_env(first_env).tasks)
             executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
             done = {episode_key(record) for record in previous}

@@ -192,7 +192,7 @@ class ScriptedModelServer:
 
     @property
     def api_base(self) -> str:
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"http://{host}:{port}/v1"
 
     @property

@@ -64,7 +64,7 @@ def call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
     """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
     if not isinstance(call, Mapping):
         return fallback_id, None, call
-    function = call.get("function") if isinstance(call.get("function"), Mapping) else call
+    function = call["function"] if isinstance(call.get("function"), Mapping) else call
     call_id = call.get("id")
     return (
         (call_id if isinstance(call_id, str) and call_id else fallback_id),
@@ -150,6 +150,8 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
     turn and call counters, and the sandbox it may own. Subclasses add their data and scoring."""
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
+    tasks: Sequence[Any]
+    """The env's tasks, in the order ``reset(options={"index": i})`` counts them; each env sets it."""
 
     def __init__(self, max_turns: int) -> None:
         if not isinstance(max_turns, int) or max_turns < 1:
@@ -260,3 +262,11 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _restore(self) -> None:
         """Rebuild what :attr:`_REBUILT` names beyond the sandbox, and reload a running episode's tools."""
+
+
+def chat_env(env: gym.Env) -> ChatToolEnv:
+    """The hopgym env under ``env``'s wrappers, typed, for callers that read its ``tasks`` or ``sandbox``."""
+    inner = env.unwrapped
+    if not isinstance(inner, ChatToolEnv):
+        raise ConfigError(f"{inner} is not one of hopgym's chat envs ({type(inner).__name__})")
+    return inner

@@ -15,9 +15,7 @@ from typing import Any
 from hopgym.envs.chat import call_record
 from hopgym.envs.feedback import MINIMAL_HINT, render_value, shown_text, validation_text
 from hopgym.envs.validation import CallCheck, ToolValidator
-from hopgym.sandbox.base import CallResult, Sandbox
-
-_CALL_STATUSES = ("ok", "error", "timeout", "resource_limit")
+from hopgym.sandbox.base import CALL_STATUSES, CallResult, Sandbox
 
 
 def code_of(action: Any) -> str | None:
@@ -29,8 +27,12 @@ def code_of(action: Any) -> str | None:
 def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str) -> dict[str, Any]:
     result = None
     if check.ok:
-        status = call.get("status") if call.get("status") in _CALL_STATUSES else "error"
-        result = CallResult(status=status, value=call.get("value"), error=call.get("error"))
+        status = call.get("status")
+        result = CallResult(
+            status=status if status in CALL_STATUSES else "error",
+            value=call.get("value"),
+            error=call.get("error"),
+        )
     return {**call_record(call_id, call.get("name"), check, result, feedback), "via": "code"}
 
 

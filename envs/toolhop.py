@@ -132,6 +132,7 @@ class ToolHopEnv(ChatToolEnv):
         # The official direct scenario makes one model call: its reply is final whatever it holds.
         if not calls or (self._official and self.scenario == "direct"):
             self._done = True
+            assert self._task is not None
             correct = episode_correct(self._score, self._official, self._task.answer, self._messages)
             info = self._info([])
             info.update(correct=correct, answer=self._task.answer)

@@ -117,7 +117,7 @@ class OfficialExecutor:
 
 
 def _outcome(name: Any, result: CallResult) -> OfficialOutcome:
-    timing = {"latency_ms": result.latency_ms, "truncated": result.truncated}
+    timing: dict[str, Any] = {"latency_ms": result.latency_ms, "truncated": result.truncated}
     if result.status == "ok":
         text = str(result.value)
         failed = not result.truncated and is_error_value(json.loads(text))

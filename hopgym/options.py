@@ -8,6 +8,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from hopgym.errors import ConfigError
 
@@ -47,7 +48,13 @@ def check_env_options(env_id: str, kwargs: Mapping[str, Any]) -> None:
         close = difflib.get_close_matches(name, hopgym.ENV_IDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown env {env_id!r}{hint}; valid: {', '.join(hopgym.ENV_IDS)}")
-    creator = gym.spec(name).entry_point
-    if isinstance(creator, str):
-        creator = gym.envs.registration.load_env_creator(creator)
-    check_keywords(creator, kwargs, f"env {name}")
+    check_keywords(env_creator(gym.spec(name)), kwargs, f"env {name}")
+
+
+def env_creator(spec: EnvSpec) -> Callable[..., Any]:
+    """What ``gym.make`` calls for ``spec``: its entry point, imported when it is a ``module:name`` string."""
+    entry_point = spec.entry_point
+    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
+    if creator is None:
+        raise ConfigError(f"env {spec.id} is registered without an entry point")
+    return creator

@@ -10,12 +10,13 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 CallStatus = Literal["ok", "error", "timeout", "resource_limit"]
 """``ok``: the function returned; ``error``: it raised (or the call could not be made, e.g. unknown name);
 ``timeout``: the wall-clock limit killed the worker; ``resource_limit``: memory, CPU-seconds, file-size or
 output limits stopped it (the worker may have been replaced)."""
+CALL_STATUSES: tuple[CallStatus, ...] = get_args(CallStatus)
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ class ForkServer:
         try:
             self._process = subprocess.Popen(
                 self._command,
-                stdin=template_end,
+                stdin=template_end.fileno(),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
                 env=WORKER_ENVIRONMENT,
@@ -126,6 +126,7 @@ class ForkServer:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(process.pid, signal.SIGKILL)
         process.wait()
+        assert process.stderr is not None  # started with stderr=PIPE
         text = process.stderr.read().decode(errors="replace").strip()
         process.stderr.close()
         return f"\nfork-server stderr:\n{text[-2000:]}" if text else ""

@@ -164,9 +164,10 @@ def worker_program() -> str:
     both run the same code."""
     compiled = importlib.util.cache_from_source(str(WORKER_SCRIPT))
     try:
-        return py_compile.compile(str(WORKER_SCRIPT), cfile=compiled, doraise=True)
+        py_compile.compile(str(WORKER_SCRIPT), cfile=compiled, doraise=True)
     except (OSError, py_compile.PyCompileError):
         return str(WORKER_SCRIPT)
+    return compiled
 
 
 def _bwrap_arguments(view: WorkerView, limits: WorkerLimits, template: bool = False) -> list[str]:

@@ -17,6 +17,7 @@ import builtins
 import operator
 import sys
 import types
+from typing import Any, Literal
 
 from RestrictedPython import compile_restricted, safe_builtins, utility_builtins
 from RestrictedPython.Eval import default_guarded_getitem, default_guarded_getiter
@@ -68,8 +69,9 @@ class AugmentedAssignmentRewriter(ast.NodeTransformer):
         return ast.copy_location(ast.Assign(targets=[node.target], value=value), node)
 
 
-def _with_context(node: ast.expr, context: ast.expr_context) -> ast.expr:
+def _with_context(node: ast.Subscript | ast.Attribute, context: ast.expr_context) -> ast.expr:
     copy = ast.parse(ast.unparse(node), mode="eval").body
+    assert isinstance(copy, (ast.Subscript, ast.Attribute))  # unparsing and parsing keep the node's type
     copy.ctx = context
     return copy
 
@@ -96,7 +98,7 @@ class _Printer:
     def __init__(self, _getattr_=None) -> None:
         pass
 
-    def _call_print(self, *objects: object, **kwargs: object) -> None:
+    def _call_print(self, *objects: object, **kwargs: Any) -> None:
         kwargs.setdefault("file", sys.stdout)
         print(*objects, **kwargs)
 
@@ -126,7 +128,7 @@ class RestrictedPolicy:
 
     name = "restricted"
 
-    def compile(self, source: str, filename: str, mode: str) -> types.CodeType:
+    def compile(self, source: str, filename: str, mode: Literal["exec", "eval", "single"]) -> types.CodeType:
         return compile_restricted(rewrite_source(source), filename, mode)
 
     def globals(self) -> dict:

@@ -10,13 +10,12 @@ from __future__ import annotations
 import signal
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeGuard
 
 from hopgym.errors import SandboxError, WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
-from hopgym.sandbox.base import CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
+from hopgym.sandbox.base import CALL_STATUSES, CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
 
-_STATUSES: tuple[CallStatus, ...] = ("ok", "error", "timeout", "resource_limit")
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 """Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
 DEFAULT_MAX_TOOL_CALLS = 200
@@ -201,7 +200,7 @@ class PooledSandbox(Sandbox):
         started = time.monotonic()
         deadline = started + limit
         try:
-            request = {"op": "call", "name": name, "arguments": arguments}
+            request: dict[str, Any] = {"op": "call", "name": name, "arguments": arguments}
             if as_json_text:
                 request["as_json_text"] = True
             request_id = worker.connection.request(request, deadline)
@@ -300,7 +299,7 @@ def _loaded(reply: dict[str, Any]) -> tuple[LoadResult, dict[str, list[str]]]:
     return LoadResult(functions=tuple(functions), errors=tuple(errors)), parameters
 
 
-def _is_text_list(value: Any) -> bool:
+def _is_text_list(value: Any) -> TypeGuard[list[str]]:
     return isinstance(value, list) and all(isinstance(item, str) for item in value)
 
 
@@ -318,7 +317,7 @@ def _bound_arguments(positional: list[str], call: Any) -> Any:
 def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float) -> CallResult:
     status, stdout, error = message.get("status"), message.get("stdout"), message.get("error")
     if (
-        status not in _STATUSES
+        status not in CALL_STATUSES
         or not (error is None or isinstance(error, str))
         or not isinstance(stdout, str)
         or not isinstance(message.get("truncated"), bool)

@@ -65,7 +65,9 @@ class ProcessLauncher(Launcher):
             start_new_session=True,
             close_fds=True,
         )
-        connection = PausingConnection(process.stdout, PipeWriter(process.stdin), self._reply_cap)
+        stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
+        assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
+        connection = PausingConnection(stdout, PipeWriter(stdin), self._reply_cap)
 
         def kill() -> None:
             if process.returncode is None:
@@ -77,7 +79,7 @@ class ProcessLauncher(Launcher):
             if cgroup is not None:
                 cgroup.remove()
             connection.close()
-            process.stderr.close()
+            stderr.close()
 
         try:
             info = await_ready(connection, self._start_timeout)
@@ -129,6 +131,8 @@ class PausingConnection(WorkerConnection):
         return message
 
     def _signal(self, number: int) -> bool:
+        if self.pause_pid is None:  # not ready yet, so never paused
+            return False
         try:
             os.kill(self.pause_pid, number)
         except ProcessLookupError:  # it died: the next read or write says so
@@ -152,6 +156,7 @@ def worker_pid(pid: int, info: dict[str, Any]) -> int:
 
 def _stderr_after_kill(process: subprocess.Popen, kill) -> str:
     process.kill()
+    assert process.stderr is not None  # started with stderr=PIPE
     text = process.stderr.read().decode(errors="replace").strip()
     kill()
     return f"\nworker stderr:\n{text[-2000:]}" if text else ""

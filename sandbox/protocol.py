@@ -34,7 +34,7 @@ import re
 import secrets
 import select
 import time
-from typing import Any, BinaryIO, Protocol
+from typing import IO, Any, Protocol
 
 from hopgym.errors import WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
 
@@ -74,7 +74,7 @@ class Writer(Protocol):
 class PipeWriter:
     """A pipe's write end switched to non-blocking (only the host's end: the worker still blocks)."""
 
-    def __init__(self, stream: BinaryIO) -> None:
+    def __init__(self, stream: IO[bytes]) -> None:
         self._stream = stream
         self._fd = stream.fileno()
         os.set_blocking(self._fd, False)
@@ -101,7 +101,7 @@ def new_request_id() -> str:
 class WorkerConnection:
     """Requests and replies over a byte stream with a file descriptor (a pipe) and a :class:`Writer`."""
 
-    def __init__(self, reader: BinaryIO, writer: Writer, max_line_bytes: int) -> None:
+    def __init__(self, reader: IO[bytes], writer: Writer, max_line_bytes: int) -> None:
         self._reader = reader
         self._reader_fd = reader.fileno()
         self._writer = writer

@@ -352,15 +352,6 @@ def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy,
     return child
 
 
-class _DiscardingChannel:
-    """Stands in for the host during :func:`_warm_up`: builds each message's text, sends nothing."""
-
-    request_id = None
-
-    def send(self, message: dict, value_json: str | None = None) -> None:
-        _dumps(message)
-
-
 def _warm_up(policy, config: dict) -> None:
     """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
     before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
@@ -425,6 +416,7 @@ def load_policy(name: str | None):
         here = os.path.dirname(here)
     path = os.path.join(here, "policy.py")
     spec = importlib.util.spec_from_file_location("hopgym_worker_policy", path)
+    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module.make_policy(name)
@@ -458,6 +450,16 @@ class Channel:
     def receive(self) -> dict | None:
         line = self._reader.readline()
         return _loads(line) if line else None
+
+
+class _DiscardingChannel(Channel):
+    """Stands in for the host during :func:`_warm_up`: builds each message's text, sends nothing."""
+
+    def __init__(self) -> None:  # no streams: nothing is read or written
+        self.request_id = None
+
+    def send(self, message: dict, value_json: str | None = None) -> None:
+        _dumps(message)
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -556,7 +558,7 @@ class Worker:
         }
         while (request := self.channel.receive()) is not None:
             self.channel.request_id = request.get("id")
-            handler = handlers.get(request.get("op"))
+            handler = handlers.get(request.get("op", ""))
             if handler is None:
                 self.channel.send({"type": "fatal", "error": f"unknown request {request.get('op')!r}"})
                 return
@@ -605,7 +607,7 @@ class Worker:
         self.channel.send({**message, "parameters": parameters})
 
     def call(self, request: dict) -> None:
-        function = self.functions.get(request.get("name"))
+        function = self.functions.get(request.get("name", ""))
         arguments = request.get("arguments")
         output = CappedOutput(self.output_cap)
         if function is None:

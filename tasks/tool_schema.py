@@ -41,7 +41,7 @@ class ArgumentCheckError(Exception):
 
 
 def _refuse_retrieval(uri: str) -> Any:
-    raise NoSuchResource(ref=uri)
+    raise NoSuchResource(ref=uri)  # type: ignore[call-arg]  # referencing's attrs stub hides __init__
 
 
 REGISTRY: Registry = Registry(retrieve=_refuse_retrieval)  # type: ignore[call-arg]

@@ -41,10 +41,24 @@ def layer_of(module: str) -> int:
     return LAYERS[max(prefixes, key=len)]
 
 
+def dynamic_import(node: ast.AST) -> str | None:
+    """The module a call ``importlib.import_module("...")`` or ``__import__("...")`` names by a literal."""
+    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
+        return None
+    function = node.func
+    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
+    module = node.args[0].value
+    return module if name in ("import_module", "__import__") and isinstance(module, str) else None
+
+
 def hopgym_imports(source: str) -> list[tuple[int, str]]:
-    """(line, imported module or module.name) for every ``hopgym`` import, nested ones included."""
+    """(line, imported module or module.name) for every ``hopgym`` import, nested and dynamic ones
+    (a literal module name) included."""
     found = []
     for node in ast.walk(ast.parse(source)):
+        module = dynamic_import(node)
+        if module is not None and module.split(".")[0] == "hopgym":
+            found.append((node.lineno, module))
         if isinstance(node, ast.ImportFrom):
             if node.level:
                 found.append((node.lineno, f"relative import .{node.module or ''} (use hopgym.…)"))
@@ -99,6 +113,12 @@ def test_no_module_imports_a_higher_layer():
         ("hopgym.agents.fc", "from hopgym import cli\n", "imports hopgym.cli"),
         ("hopgym.errors", "from hopgym.tasks import kg\n", "imports hopgym.tasks.kg"),
         ("hopgym.sandbox.pool", "from .base import Sandbox\n", "relative import .base"),
+        (
+            "hopgym.envs.chat",
+            "import importlib\nimportlib.import_module('hopgym.agents.runner')\n",
+            "imports hopgym.agents.runner",
+        ),
+        ("hopgym.tasks.kg", "__import__('hopgym.sandbox')\n", "imports hopgym.sandbox"),
     ],
 )
 def test_the_check_finds_upward_and_relative_imports(module, source, found):

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from hopgym.envs.chat import chat_env
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.tasks.model import Task
 
@@ -66,7 +67,7 @@ def schema_arguments(tool: dict[str, Any], text: str) -> dict[str, Any]:
 def run_episode(env: gym.Env, index: int) -> dict[str, Any]:
     """One scripted episode; returns the record the metrics read (``correct``, ``calls``, ...)."""
     observation, info = env.reset(options={"index": index})
-    task = env.unwrapped.tasks[index]
+    task = chat_env(env).tasks[index]
     tools = {tool["function"]["name"]: tool for tool in observation["tools"]}
     last_result = task.question
     calls: list[dict[str, Any]] = []
@@ -142,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
         sandbox=args.sandbox,
     )
     try:
-        count = len(env.unwrapped.tasks) if args.limit is None else min(args.limit, len(env.unwrapped.tasks))
+        count = len(chat_env(env).tasks) if args.limit is None else min(args.limit, len(chat_env(env).tasks))
         records = []
         columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn())
         with Progress(*columns, console=console, transient=True) as progress:
@@ -150,7 +151,9 @@ def run(args: argparse.Namespace) -> int:
             for index in range(count):
                 records.append(run_episode(env, index))
                 progress.advance(bar)
-        isolation = env.unwrapped.sandbox.isolation
+        sandbox = chat_env(env).sandbox
+        assert sandbox is not None  # ToolHopEnv makes its sandbox when made and drops it in close()
+        isolation = sandbox.isolation
     finally:
         env.close()
     statuses = Counter(call["status"] for record in records for call in record["calls"])
