@@ -107,7 +107,11 @@ def check_hardening(plan: IsolationPlan, info: dict) -> None:
 
 class PausingConnection(WorkerConnection):
     """Stops the worker (SIGSTOP stops every thread of it) once it has answered a request, and continues it
-    before the next one: threads that tool code leaves running cannot burn CPU between calls."""
+    once the next one is written: threads that tool code leaves running cannot burn CPU between calls.
+
+    The request is written while the worker is still stopped (a stopped reader is not woken by the write),
+    so that SIGCONT is the worker's only wake-up; continued first, it would wake, find no input yet and
+    sleep again until the write."""
 
     FINAL = frozenset({"result", "loaded", "preloaded", "pong"})
     """Messages after which the worker waits for the host's next request."""
@@ -116,11 +120,10 @@ class PausingConnection(WorkerConnection):
     """The worker's pid on the host, once it is ready."""
     _paused = False
 
-    def send(self, message: dict[str, Any], deadline: float) -> None:
+    def _input_ready(self) -> None:
         if self._paused:
             self._signal(signal.SIGCONT)
             self._paused = False
-        super().send(message, deadline)
 
     def receive(self, deadline: float, request_id: str | None = None) -> dict[str, Any]:
         message = super().receive(deadline, request_id)
