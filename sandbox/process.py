@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,7 @@ class ProcessLauncher(Launcher):
         self._command = worker_command(plan, limits, policy)
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._start_timeout = start_timeout
+        self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
         try:
@@ -66,16 +70,31 @@ class ProcessLauncher(Launcher):
             close_fds=True,
         )
         connection = PausingConnection(process.stdout, PipeWriter(process.stdin), self._reply_cap)
+        worker_pidfd: list[int] = []
+        killed = False
 
         def kill() -> None:
+            """SIGKILL the launched process group and the worker now; the reaper finishes the rest."""
+            nonlocal killed
+            if killed:
+                return
+            killed = True
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
+            for pidfd in worker_pidfd:  # the worker is in a session of its own (bwrap --new-session)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            self._reaper.put(finish)
+
+        def finish() -> None:
             if cgroup is not None:
                 cgroup.kill()
             process.wait()
             if cgroup is not None:
                 cgroup.remove()
+            for pidfd in worker_pidfd:
+                os.close(pidfd)
             connection.close()
             process.stderr.close()
 
@@ -83,10 +102,15 @@ class ProcessLauncher(Launcher):
             info = await_ready(connection, self._start_timeout)
             check_hardening(self._plan, info)
             connection.pause_pid = worker_pid(process.pid, info)
-        except SandboxError as exc:
+            worker_pidfd.append(os.pidfd_open(connection.pause_pid))
+        except (SandboxError, OSError) as exc:
             kill_and_report = _stderr_after_kill(process, kill)
             raise SandboxError(f"{exc}{kill_and_report}") from exc
         return WorkerHandle(connection, info, kill, lambda: self._exit_code(process))
+
+    def close(self) -> None:
+        """Finish every killed worker (see :class:`Reaper`)."""
+        self._reaper.close()
 
     def _exit_code(self, process: subprocess.Popen) -> int | None:
         code = process.poll()
@@ -103,6 +127,33 @@ def check_hardening(plan: IsolationPlan, info: dict) -> None:
         raise SandboxError(
             f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {plan.seccomp}"
         )
+
+
+class Reaper:
+    """Finishes killed workers off the episode's path: waits until their processes are gone, empties and
+    removes their cgroup, closes their pipes. What the next episode relies on is already done by then:
+    the old worker has SIGKILL pending (it runs no more code) and shares no namespace, file or pipe with
+    the new one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="hopgym-worker-reaper", daemon=True)
+        self._thread.start()
+
+    def put(self, finish) -> None:
+        self._queue.put(finish)
+
+    def close(self) -> None:
+        """Finish every queued worker, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (finish := self._queue.get()) is not None:
+            try:
+                finish()
+            except OSError as exc:  # one worker left behind must not leave every later one unfinished
+                warnings.warn(f"finishing a killed sandbox worker failed: {exc}", stacklevel=1)
 
 
 class PausingConnection(WorkerConnection):
