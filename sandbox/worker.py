@@ -457,7 +457,7 @@ class Channel:
 
     def receive(self) -> dict | None:
         line = self._reader.readline()
-        return _loads(line) if line else None
+        return _loads(line.decode()) if line else None  # str: json.loads would detect the encoding
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -495,7 +495,7 @@ def encode_value(value: object, cap: int) -> tuple[str, bool]:
     """JSON text of ``value`` (non-JSON parts as their repr); past ``cap`` characters, a string holding the
     first ``cap`` characters and a marker, and True."""
     try:
-        text = _dumps(value, default=_safe_repr)
+        text = _encode_with_repr(value)
     except BaseException:  # whatever a hostile value raises, the reply is still sent
         text = _dumps(_safe_repr(value))
     if len(text) <= cap:
@@ -513,6 +513,10 @@ def _safe_repr(value: object) -> str:
         raise TypeError(f"__repr__ returned {type(text).__name__}")
     except BaseException as exc:  # a hostile __repr__ must not break the worker
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+
+
+_encode_with_repr = json.JSONEncoder(default=_safe_repr).encode
+"""``json.dumps(value, default=_safe_repr)`` without building a new encoder for every result."""
 
 
 def describe_error(exc: BaseException, limit: int = 2000) -> str:
