@@ -6,7 +6,7 @@ imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
 built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, host_pid, seccomp,
-rlimits, policy, python_path, output_cap, result_cap.
+rlimits, policy, python_path, output_cap, result_cap, template, relay.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
@@ -169,7 +169,7 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
         return
     for fd in (0, 1, 2):
         os.close(fd)
-    _, status = os.waitpid(child, 0)
+    status = wait_for_exit(child)
     killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if killed_by is None else 128 + killed_by
     if not signal_as_code and code > 128:
@@ -178,6 +178,18 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
             signal.signal(code - 128, signal.SIG_DFL)
         os.kill(os.getpid(), code - 128)
     os._exit(code)
+
+
+def wait_for_exit(child: int) -> int:
+    """The wait status of ``child``, waited for on a pidfd: only its exit wakes this process. A parent in
+    ``waitpid`` is woken by each stop and continue of its child too, and the host stops and continues the
+    worker around every call."""
+    import select
+
+    pidfd = os.pidfd_open(child)
+    select.select([pidfd], [], [])
+    os.close(pidfd)
+    return os.waitpid(child, 0)[1]
 
 
 def apply_rlimits(limits: dict[str, int]) -> None:
@@ -393,7 +405,7 @@ def _become_episode(libc, fds: list, config: dict) -> None:
         return
     for fd in (0, 1, 2):
         os.close(fd)
-    _, status = os.waitpid(worker, 0)
+    status = wait_for_exit(worker)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     os.write(3, f"{code}\n".encode())
     os._exit(0)
@@ -733,6 +745,8 @@ def main(argv: list[str]) -> int:
         enter_namespaces(config["view"], config["tmpfs_bytes"])
     if config.get("template"):
         return serve_template(config)
+    if config.get("relay"):
+        _fork_and_relay(_libc(), signal_as_code=False)
     channel = Channel()
     try:
         policy = load_policy(config.get("policy"))
