@@ -376,8 +376,7 @@ class _DiscardingChannel:
 def _warm_up(policy, config: dict) -> None:
     """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
     before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
-    the process this worker was forked from (the template, or the relay above it) now, while this worker
-    is a spare, not during the episode's first request."""
+    the template now, while this worker is a spare, not during the episode's first request."""
     worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
     worker.load({"sources": ["def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"]})
     worker.call({"name": "warm", "arguments": {"x": "warm"}})
@@ -755,7 +754,6 @@ def main(argv: list[str]) -> int:
     except Exception as exc:
         channel.send({"type": "fatal", "error": describe_error(exc)})
         return 1
-    _warm_up(policy, config)
     return serve_episode(channel, config, policy, load_seccomp)
 
 
