@@ -144,9 +144,6 @@ def worker_command(
         "host_pid": os.getpid(),
         "python_path": python_path,
         "template": template,
-        # bwrap's init waits for its child with wait(), which every stop and continue of the worker wakes;
-        # below a relay of its own that waits on a pidfd, the worker is paused without waking anything else
-        "relay": plan.level == "bwrap" and not template,
     }
     python = [interpreter(), "-I", "-S", "-B", worker_program(), json.dumps(config)]
     if plan.level != "bwrap":

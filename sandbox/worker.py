@@ -6,7 +6,7 @@ imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
 built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, host_pid, seccomp,
-rlimits, policy, python_path, output_cap, result_cap, template, relay.
+rlimits, policy, python_path, output_cap, result_cap, template.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
@@ -745,8 +745,6 @@ def main(argv: list[str]) -> int:
         enter_namespaces(config["view"], config["tmpfs_bytes"])
     if config.get("template"):
         return serve_template(config)
-    if config.get("relay"):
-        _fork_and_relay(_libc(), signal_as_code=False)
     channel = Channel()
     try:
         policy = load_policy(config.get("policy"))
