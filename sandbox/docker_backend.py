@@ -301,7 +301,7 @@ class _SocketWriter:
     def fileno(self) -> int:
         return self._sock.fileno()
 
-    def write_some(self, data: memoryview) -> int:
+    def write_some(self, data: bytes | memoryview) -> int:
         try:
             return self._sock.send(data, socket.MSG_DONTWAIT)
         except BlockingIOError:

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import queue
 import select
 import signal
 import socket
@@ -29,7 +28,7 @@ from hopgym.errors import SandboxError
 from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
 from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, WorkerLimits, worker_command
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.process import PausingConnection, check_hardening, worker_pid
+from hopgym.sandbox.process import PausingConnection, Reaper, check_hardening, worker_pid
 from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
 
 _CONTROL_MESSAGE_BYTES = 4096
@@ -154,7 +153,7 @@ class ForkingLauncher(Launcher):
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._start_timeout = start_timeout
         self._server = ForkServer(worker_command(plan, limits, policy, template=True), start_timeout)
-        self._reaper = _Reaper()
+        self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
         try:
@@ -190,35 +189,11 @@ class ForkingLauncher(Launcher):
         self._server.close()
 
 
-class _Reaper:
-    """Finishes killed workers off the episode's path: waits until their processes are gone, empties and
-    removes their cgroup, closes their pipes. What the next episode relies on is already done by then:
-    the old worker has SIGKILL pending (it runs no more code) and shares no namespace, file or pipe with
-    the new one."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._run, name="hopgym-fork-reaper", daemon=True)
-        self._thread.start()
-
-    def put(self, finish) -> None:
-        self._queue.put(finish)
-
-    def close(self) -> None:
-        """Finish every queued worker, then stop."""
-        self._queue.put(None)
-        self._thread.join()
-
-    def _run(self) -> None:
-        while (finish := self._queue.get()) is not None:
-            finish()
-
-
 class _ForkedWorker:
     """A forked worker as the host holds it: its pipes, pidfds of its two processes, its cgroup."""
 
     def __init__(
-        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: _Reaper
+        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: Reaper
     ) -> None:
         self._reaper = reaper
         self._pidfds = [os.pidfd_open(init)]
@@ -243,7 +218,7 @@ class _ForkedWorker:
         self.connection.pause_pid = worker
 
     def kill(self) -> None:
-        """SIGKILL both processes now; the reaper finishes the rest (see :class:`_Reaper`)."""
+        """SIGKILL both processes now; the reaper finishes the rest (see ``process.Reaper``)."""
         if self._killed:
             return
         self._killed = True

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import os
+import queue
 import signal
 import subprocess
+import threading
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -49,6 +52,7 @@ class ProcessLauncher(Launcher):
         self._command = worker_command(plan, limits, policy)
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._start_timeout = start_timeout
+        self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
         try:
@@ -68,16 +72,31 @@ class ProcessLauncher(Launcher):
         stdin, stdout, stderr = process.stdin, process.stdout, process.stderr
         assert stdin is not None and stdout is not None and stderr is not None  # all three are pipes
         connection = PausingConnection(stdout, PipeWriter(stdin), self._reply_cap)
+        worker_pidfd: list[int] = []
+        killed = False
 
         def kill() -> None:
+            """SIGKILL the launched process group and the worker now; the reaper finishes the rest."""
+            nonlocal killed
+            if killed:
+                return
+            killed = True
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
+            for pidfd in worker_pidfd:  # the worker is in a session of its own (bwrap --new-session)
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            self._reaper.put(finish)
+
+        def finish() -> None:
             if cgroup is not None:
                 cgroup.kill()
             process.wait()
             if cgroup is not None:
                 cgroup.remove()
+            for pidfd in worker_pidfd:
+                os.close(pidfd)
             connection.close()
             stderr.close()
 
@@ -85,10 +104,15 @@ class ProcessLauncher(Launcher):
             info = await_ready(connection, self._start_timeout)
             check_hardening(self._plan, info)
             connection.pause_pid = worker_pid(process.pid, info)
-        except SandboxError as exc:
+            worker_pidfd.append(os.pidfd_open(connection.pause_pid))
+        except (SandboxError, OSError) as exc:
             kill_and_report = _stderr_after_kill(process, kill)
             raise SandboxError(f"{exc}{kill_and_report}") from exc
         return WorkerHandle(connection, info, kill, lambda: self._exit_code(process))
+
+    def close(self) -> None:
+        """Finish every killed worker (see :class:`Reaper`)."""
+        self._reaper.close()
 
     def _exit_code(self, process: subprocess.Popen) -> int | None:
         code = process.poll()
@@ -107,9 +131,40 @@ def check_hardening(plan: IsolationPlan, info: dict) -> None:
         )
 
 
+class Reaper:
+    """Finishes killed workers off the episode's path: waits until their processes are gone, empties and
+    removes their cgroup, closes their pipes. What the next episode relies on is already done by then:
+    the old worker has SIGKILL pending (it runs no more code) and shares no namespace, file or pipe with
+    the new one."""
+
+    def __init__(self) -> None:
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="hopgym-worker-reaper", daemon=True)
+        self._thread.start()
+
+    def put(self, finish) -> None:
+        self._queue.put(finish)
+
+    def close(self) -> None:
+        """Finish every queued worker, then stop."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (finish := self._queue.get()) is not None:
+            try:
+                finish()
+            except OSError as exc:  # one worker left behind must not leave every later one unfinished
+                warnings.warn(f"finishing a killed sandbox worker failed: {exc}", stacklevel=1)
+
+
 class PausingConnection(WorkerConnection):
     """Stops the worker (SIGSTOP stops every thread of it) once it has answered a request, and continues it
-    before the next one: threads that tool code leaves running cannot burn CPU between calls."""
+    once the next one is written: threads that tool code leaves running cannot burn CPU between calls.
+
+    The request is written while the worker is still stopped (a stopped reader is not woken by the write),
+    so that SIGCONT is the worker's only wake-up; continued first, it would wake, find no input yet and
+    sleep again until the write."""
 
     FINAL = frozenset({"result", "loaded", "preloaded", "pong"})
     """Messages after which the worker waits for the host's next request."""
@@ -118,11 +173,10 @@ class PausingConnection(WorkerConnection):
     """The worker's pid on the host, once it is ready."""
     _paused = False
 
-    def send(self, message: dict[str, Any], deadline: float) -> None:
+    def _input_ready(self) -> None:
         if self._paused:
             self._signal(signal.SIGCONT)
             self._paused = False
-        super().send(message, deadline)
 
     def receive(self, deadline: float, request_id: str | None = None) -> dict[str, Any]:
         message = super().receive(deadline, request_id)

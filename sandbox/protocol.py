@@ -31,7 +31,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import select
 import time
 from typing import IO, Any, Protocol
@@ -49,7 +48,10 @@ _FRAMING_BYTES = 64 * 1024
 """Room for a message's keys, status and the episode's function names and load errors."""
 
 _READ_CHUNK = 1 << 16
-_LONE_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+_ID_BYTES = 8
+_IDS_PER_READ = 64
+"""Request ids are read from the kernel's random source this many at a time (one syscall, not one each)."""
+_LONE_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
@@ -65,7 +67,7 @@ class Writer(Protocol):
 
     def fileno(self) -> int: ...
 
-    def write_some(self, data: memoryview) -> int:
+    def write_some(self, data: bytes | memoryview) -> int:
         """Write what fits now; 0 when the worker's input is full."""
 
     def close(self) -> None: ...
@@ -82,7 +84,7 @@ class PipeWriter:
     def fileno(self) -> int:
         return self._fd
 
-    def write_some(self, data: memoryview) -> int:
+    def write_some(self, data: bytes | memoryview) -> int:
         try:
             return os.write(self._fd, data)
         except BlockingIOError:
@@ -91,11 +93,6 @@ class PipeWriter:
     def close(self) -> None:
         with contextlib.suppress(OSError):
             self._stream.close()
-
-
-def new_request_id() -> str:
-    """An id the worker cannot guess before the request is sent."""
-    return secrets.token_hex(8)
 
 
 class WorkerConnection:
@@ -107,37 +104,59 @@ class WorkerConnection:
         self._writer = writer
         self._max_line_bytes = max_line_bytes
         self._buffer = bytearray()
+        self._random = b""
         self.bytes_received = 0
         """Every byte read from the worker so far (callers budget a stream of events with it)."""
 
     def request(self, message: dict[str, Any], deadline: float) -> str:
         """Send ``message`` as a new request; returns the id every message answering it must carry."""
-        request_id = new_request_id()
+        request_id = self._new_request_id()
         self.send({**message, "id": request_id}, deadline)
         return request_id
 
     def send(self, message: dict[str, Any], deadline: float) -> None:
         """Write one message, waiting at most until ``deadline`` for the worker to read its input."""
         try:
-            data = memoryview(json.dumps(message).encode("ascii") + b"\n")
+            data = json.dumps(message).encode("ascii") + b"\n"
         except (TypeError, ValueError, RecursionError) as exc:  # raised before anything was written
             raise WorkerProtocolError(f"the request cannot be sent as JSON ({exc})") from exc
-        while data:
-            try:
-                written = self._writer.write_some(data)
-            except (BrokenPipeError, ConnectionError, ValueError, OSError) as exc:
-                raise WorkerCrashedError(f"worker input is closed ({exc})") from exc
-            data = data[written:]
-            if data and written == 0:
+        written = self._write_some(data)
+        if written < len(data):  # the worker's input is full: it must run to read the rest
+            self._input_ready()
+            rest = memoryview(data)[written:]
+            while rest:
                 self._wait(self._writer.fileno(), deadline, writing=True)
+                rest = rest[self._write_some(rest) :]
+        self._input_ready()
+
+    def _input_ready(self) -> None:
+        """Called once the worker has input to read (and before waiting for it to read more); a subclass
+        that holds the worker between requests lets it go on here (see ``process.PausingConnection``)."""
+
+    def _write_some(self, data: bytes | memoryview) -> int:
+        try:
+            return self._writer.write_some(data)
+        except (BrokenPipeError, ConnectionError, ValueError, OSError) as exc:
+            raise WorkerCrashedError(f"worker input is closed ({exc})") from exc
+
+    def _new_request_id(self) -> str:
+        """An id the worker cannot guess before the request is sent: 8 bytes of the kernel's random source,
+        which is read for :data:`_IDS_PER_READ` ids at a time (a syscall per call showed in the warm call)."""
+        if not self._random:
+            self._random = os.urandom(_ID_BYTES * _IDS_PER_READ)
+        request_id, self._random = self._random[:_ID_BYTES], self._random[_ID_BYTES:]
+        return request_id.hex()
 
     def receive(self, deadline: float, request_id: str | None = None) -> dict[str, Any]:
         """Read one message, waiting at most until ``deadline`` (a ``time.monotonic()`` value); with a
         ``request_id``, a message that does not carry it breaks the protocol."""
         line = self._read_line(deadline)
+        # The worker writes ASCII; any other byte is replaced, so that a surrogate encoded as raw bytes
+        # (which json.loads would decode with "surrogatepass") cannot slip past the check below.
+        text = line.decode("utf-8", "replace")
         try:
-            message = json.loads(line)
-            if _LONE_SURROGATE_ESCAPE.search(line):
+            message = json.loads(text)
+            if _LONE_SURROGATE_ESCAPE.search(text):
                 message = _without_lone_surrogates(message)
         except (ValueError, RecursionError) as exc:
             raise WorkerProtocolError(f"worker wrote a line that is not JSON: {line[:200]!r}") from exc

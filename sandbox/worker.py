@@ -6,7 +6,7 @@ imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
 built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, host_pid, seccomp,
-rlimits, policy, python_path, output_cap, result_cap.
+rlimits, policy, python_path, output_cap, result_cap, template.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
@@ -169,7 +169,7 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
         return
     for fd in (0, 1, 2):
         os.close(fd)
-    _, status = os.waitpid(child, 0)
+    status = wait_for_exit(child)
     killed_by = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
     code = os.WEXITSTATUS(status) if killed_by is None else 128 + killed_by
     if not signal_as_code and code > 128:
@@ -178,6 +178,18 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
             signal.signal(code - 128, signal.SIG_DFL)
         os.kill(os.getpid(), code - 128)
     os._exit(code)
+
+
+def wait_for_exit(child: int) -> int:
+    """The wait status of ``child``, waited for on a pidfd: only its exit wakes this process. A parent in
+    ``waitpid`` is woken by each stop and continue of its child too, and the host stops and continues the
+    worker around every call."""
+    import select
+
+    pidfd = os.pidfd_open(child)
+    select.select([pidfd], [], [])
+    os.close(pidfd)
+    return os.waitpid(child, 0)[1]
 
 
 def apply_rlimits(limits: dict[str, int]) -> None:
@@ -384,7 +396,7 @@ def _become_episode(libc, fds: list, config: dict) -> None:
         return
     for fd in (0, 1, 2):
         os.close(fd)
-    _, status = os.waitpid(worker, 0)
+    status = wait_for_exit(worker)
     code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
     os.write(3, f"{code}\n".encode())
     os._exit(0)
@@ -449,7 +461,7 @@ class Channel:
 
     def receive(self) -> dict | None:
         line = self._reader.readline()
-        return _loads(line) if line else None
+        return _loads(line.decode()) if line else None  # str: json.loads would detect the encoding
 
 
 class _DiscardingChannel(Channel):
@@ -497,7 +509,7 @@ def encode_value(value: object, cap: int) -> tuple[str, bool]:
     """JSON text of ``value`` (non-JSON parts as their repr); past ``cap`` characters, a string holding the
     first ``cap`` characters and a marker, and True."""
     try:
-        text = _dumps(value, default=_safe_repr)
+        text = _encode_with_repr(value)
     except BaseException:  # whatever a hostile value raises, the reply is still sent
         text = _dumps(_safe_repr(value))
     if len(text) <= cap:
@@ -515,6 +527,10 @@ def _safe_repr(value: object) -> str:
         raise TypeError(f"__repr__ returned {type(text).__name__}")
     except BaseException as exc:  # a hostile __repr__ must not break the worker
         return f"<unrepresentable {type(value).__name__}: {type(exc).__name__}>"
+
+
+_encode_with_repr = json.JSONEncoder(default=_safe_repr).encode
+"""``json.dumps(value, default=_safe_repr)`` without building a new encoder for every result."""
 
 
 def describe_error(exc: BaseException, limit: int = 2000) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -133,12 +134,25 @@ def test_a_killed_template_is_started_again() -> None:
     from a new template."""
     box = make_sandbox("process", isolation="bwrap", start="fork", spares=0)
     try:
+        worker = box._current().connection.pause_pid
         os.kill(box._launcher._server._host_pid, signal.SIGKILL)
+        _wait_gone(worker)  # the kill reaches the worker through its PID 1: a load sent sooner could win
         failed = box.load([PROBE])
         assert failed.functions == () and "the worker" in failed.errors[0]
         assert _probe(box)["uid"] == 65534
     finally:
         box.close()
+
+
+def _wait_gone(pid: int, patience: float = 5.0) -> None:
+    give_up = time.monotonic() + patience
+    while time.monotonic() < give_up:
+        try:
+            if "zombie" in Path(f"/proc/{pid}/status").read_text():
+                return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
 
 
 def test_start_mode_is_checked() -> None:

@@ -340,3 +340,30 @@ def test_a_call_can_return_the_json_text_its_worker_made(sandbox: Sandbox) -> No
     bad = sandbox.call("bad", {}, as_json_text=True)
     assert bad.status == "error" and bad.error == "TypeError: Object of type set is not JSON serializable"
     assert sandbox.call("bad", {}).value == "{1, 2}"  # without it, the host gets a JSON value (here a repr)
+
+
+def test_pausing_the_worker_between_calls_wakes_no_relay() -> None:
+    """The worker is stopped after each call and continued for the next; its parent in ``namespaces`` mode
+    (a relay that waits on a pidfd) must sleep through that, or every call pays two more context switches.
+    Under bwrap the parent is bwrap's own init, which does wake (see the README's benchmarks)."""
+    require_level("namespaces")
+    sandbox = make_sandbox("process", isolation="namespaces")
+    sandbox.load([TOOLS])
+    worker = sandbox._current().connection.pause_pid
+    parent = _proc_status(worker)["PPid"]
+
+    def switches() -> int:
+        return int(_proc_status(parent)["voluntary_ctxt_switches"])
+
+    before = switches()
+    try:
+        for _ in range(200):
+            assert sandbox.call("add", {"a": 1}).status == "ok"
+        assert switches() - before < 20
+    finally:
+        sandbox.close()
+
+
+def _proc_status(pid: int | str) -> dict[str, str]:
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {key: value.strip() for key, value in (line.split(":", 1) for line in lines)}

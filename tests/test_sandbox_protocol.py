@@ -93,3 +93,11 @@ def test_lone_surrogates_become_replacement_characters(pipes) -> None:
     message = connection.receive(time.monotonic() + 1)
     assert message["value"] == ["a\ufffd", {"\ufffd": "\U0001f600"}]
     message["value"][0].encode("utf-8")  # encodable, unlike a lone surrogate
+
+
+def test_surrogates_written_as_raw_bytes_become_replacement_characters(pipes) -> None:
+    connection, worker_out, _ = pipes
+    os.write(worker_out, b'{"type": "result", "value": "a\xed\xa0\x80b"}\n')  # U+D800 as UTF-8 bytes
+    value = connection.receive(time.monotonic() + 1)["value"]
+    assert value.startswith("a\ufffd") and value.endswith("\ufffdb")
+    value.encode("utf-8")

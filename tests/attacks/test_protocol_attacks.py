@@ -182,3 +182,4 @@ def test_the_sandbox_recovers_when_a_spare_fails_to_start(attack_limits: dict[st
         echo(sandbox, 8)
     finally:
         sandbox.close()
+        launcher.close()
