@@ -622,7 +622,7 @@ class Worker:
         any of them runs, so no data of the host is read after tool code ran."""
         errors = []
         sink = CappedOutput(self.output_cap)
-        codes = []
+        codes: list[types.CodeType | BaseException] = []
         for index, source in enumerate(sources):
             try:
                 codes.append(self._code_of(source, f"<tool {label} {index}>"))
