@@ -145,7 +145,7 @@ class ToolHopEnv(ChatToolEnv):
     def _load_tools(self, task: Task) -> LoadResult:
         """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
         assert self.sandbox is not None
-        loaded = self.sandbox.load(task.tool_sources)
+        loaded = self.sandbox.load(task.tool_sources, task.tool_code or None)
         if self._official:
             assert self._call_timeout is not None
             self._executor = OfficialExecutor(

@@ -64,8 +64,12 @@ class Sandbox(ABC):
         """The isolation in force, e.g. ``"bwrap+seccomp+rlimits"``; never silently weaker than asked."""
 
     @abstractmethod
-    def load(self, sources: Sequence[str]) -> LoadResult:
-        """Start an episode: a fresh namespace (fresh worker) holding the given module sources."""
+    def load(self, sources: Sequence[str], compiled: Sequence[bytes | None] | None = None) -> LoadResult:
+        """Start an episode: a fresh namespace (fresh worker) holding the given module sources.
+
+        ``compiled``: for each source, the host's own compilation of it (``tasks.tool_source.
+        compile_tool_code``: the magic number, then marshal data) or None; a backend may run it instead of
+        compiling the text. Only code this host compiled from the very source belongs here."""
 
     @abstractmethod
     def call(

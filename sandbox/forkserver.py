@@ -228,12 +228,11 @@ class _ForkedWorker:
         self._reaper.put(self._finish)
 
     def _finish(self) -> None:
-        if self._cgroup is not None:
-            self._cgroup.kill()
-        for pidfd in self._pidfds:  # gone before the next episode starts
+        for pidfd in self._pidfds:  # killed in kill(): wait until they are gone, without polling
             select.select([pidfd], [], [], 2.0)
             os.close(pidfd)
         if self._cgroup is not None:
+            self._cgroup.kill()  # anything else in the group (nothing, unless a process escaped the count)
             self._cgroup.remove()
         self.connection.close()
         os.close(self._stderr)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import signal
 import time
+from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
@@ -55,6 +56,7 @@ class PooledSandbox(Sandbox):
         self._max_event_bytes = max_event_bytes
         self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
         self._sources: list[str] = []
+        self._compiled: list[bytes | None] = []
         self._parameters: dict[str, list[str]] = {}
         """Each loaded function's positional parameter names, to bind a code block's calls by."""
         self._code_worker: WorkerHandle | None = None
@@ -77,11 +79,14 @@ class PooledSandbox(Sandbox):
         """The current worker's ready message (uid, seccomp, rlimits ...), for checks and reports."""
         return dict(self._current().info)
 
-    def load(self, sources: Sequence[str]) -> LoadResult:
+    def load(self, sources: Sequence[str], compiled: Sequence[bytes | None] | None = None) -> LoadResult:
+        if compiled is not None and len(compiled) != len(sources):
+            raise SandboxError(f"{len(compiled)} compiled codes were given for {len(sources)} sources")
         self._drop_code_worker()
         if self._loaded:
             self._replace_worker()
         self._sources = list(sources)
+        self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
         self._loaded = True
         return self._load_sources(self._timeout)
 
@@ -184,12 +189,13 @@ class PooledSandbox(Sandbox):
         deadline = time.monotonic() + timeout
         self._parameters = {}
         try:
-            request_id = worker.connection.request({"op": "load", "sources": self._sources}, deadline)
+            request = {"op": "load", "sources": _worker_sources(worker, self._sources, self._compiled)}
+            request_id = worker.connection.request(request, deadline)
             loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
             return loaded
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             reason = _describe_failure(exc, worker, timeout)
-        self._sources = []
+        self._sources, self._compiled = [], []
         self._replace_worker()
         return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
@@ -282,6 +288,21 @@ class PreloadingLauncher(Launcher):
             problem = str(reply.get("errors") or reply)[:2000]
             raise SandboxError(f"preloading the sandbox worker failed: {problem}")
         return worker
+
+
+def _worker_sources(worker: WorkerHandle, sources: list[str], compiled: list[bytes | None]) -> list[Any]:
+    """The sources as the load request carries them: host-compiled code in place of the text where the
+    worker runs the bytecode it was compiled for (its ready message names it), so the worker need not
+    compile; else the text."""
+    magic = worker.info.get("bytecode")
+    if not isinstance(magic, str) or not magic:
+        return sources
+    return [
+        {"code": b2a_base64(code, newline=False).decode("ascii")}
+        if code is not None and code[: len(magic) // 2].hex() == magic
+        else source
+        for source, code in zip(sources, compiled, strict=True)
+    ]
 
 
 def _loaded(reply: dict[str, Any]) -> tuple[LoadResult, dict[str, list[str]]]:

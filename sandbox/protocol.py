@@ -4,11 +4,13 @@ One JSON object per line in each direction. The host sends requests, each with a
 worker answers each with exactly one final message, possibly preceded by events, and every message it sends
 for a request carries that request's ``id``:
 
-- worker -> host at start: ``{"type": "ready", "version", "pid", "uid", "seccomp", "rlimits", "namespaces"}``
-  (or ``{"type": "fatal", "error"}`` when hardening failed; the worker then exits). No ``id``.
+- worker -> host at start: ``{"type": "ready", "version", "pid", "uid", "seccomp", "rlimits", "namespaces",
+  "bytecode"}`` (or ``{"type": "fatal", "error"}`` when hardening failed; the worker then exits). No ``id``.
+  ``bytecode``: the worker's magic number (hex) when it runs host-compiled code, else null.
 - ``{"op": "ping"}`` -> ``{"type": "pong"}``
-- ``{"op": "load", "sources": [str, ...]}`` -> ``{"type": "loaded", "functions": [...], "errors": [...],
-  "parameters": {function: [positional parameter names]}}``
+- ``{"op": "load", "sources": [str | {"code": base64}, ...]}`` -> ``{"type": "loaded", "functions": [...],
+  "errors": [...], "parameters": {function: [positional parameter names]}}``; ``code`` (the magic number,
+  then marshal data, made by the host's ``compile``) only to a worker whose ``bytecode`` it starts with.
 - ``{"op": "preload", "sources": [str, ...]}`` -> ``{"type": "preloaded", "errors": [...]}``: optional, once,
   before ``load``, sent by the pool before a worker is handed out; ``load`` then runs in that namespace.
 - ``{"op": "call", "name", "arguments"}`` -> a result message

@@ -19,11 +19,14 @@ import builtins
 import errno
 import io
 import json
+import marshal
 import os
 import resource
 import signal
 import sys
 import types
+from binascii import a2b_base64, b2a_base64
+from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
 
 PROTOCOL_VERSION = 2
 
@@ -49,6 +52,7 @@ DENIED_SYSCALLS = (
 FCNTL_LOCKS = (6, 7, 37, 38)  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
 
 _dumps, _loads = json.dumps, json.loads  # private references: tool code may patch the json module
+_unmarshal = marshal.loads
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
 _NEW_ROOT = "/tmp"  # where the namespaces mode builds the worker's root, in its own mount namespace
@@ -297,6 +301,14 @@ def prepare_seccomp():
 _EPISODE_FDS = 4
 """What the host sends with each fork request: the episode's stdin, stdout, stderr and exit-status pipes."""
 _PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
+TEMPLATE_MODULES = ("math", "datetime", "calendar", "string", "unicodedata", "csv")
+"""Standard-library modules tool code commonly imports (beyond ``re``, ``json``, ``collections``, ``io`` ...
+that this module imports anyway), imported once by the template so that an episode's import is a look-up
+in ``sys.modules``, not milliseconds of reading files. Each fork gets its own copy-on-write copy of them,
+so what one episode changes in a module the next never sees. Never a module that draws random state when
+imported (``random``, ``secrets``, ``tempfile``, ``uuid``): every worker forked from the template would
+share that state."""
+_WARM_SOURCE = "def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"
 
 
 def serve_template(config: dict) -> int:
@@ -311,6 +323,9 @@ def serve_template(config: dict) -> int:
     libc = _libc()
     policy = load_policy(config.get("policy"))
     load_seccomp = prepare_seccomp() if config.get("seccomp") else None
+    for name in TEMPLATE_MODULES:
+        __import__(name)
+    warm_source = _warm_source(policy)
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     control = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -331,7 +346,7 @@ def serve_template(config: dict) -> int:
                 raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
             reply = {
                 "type": "forked",
-                "pid": _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp),
+                "pid": _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_source),
             }
         except Exception as exc:
             reply = {"type": "fatal", "error": describe_error(exc)}
@@ -341,7 +356,9 @@ def serve_template(config: dict) -> int:
         control.send(_dumps(reply).encode())
 
 
-def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp) -> int:
+def _fork_episode(
+    libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp, warm_source
+) -> int:
     """Fork the first process of a new PID namespace (its pid in the template's namespace is returned);
     it builds the worker's own mounts and IPC namespace and runs the worker as its only child."""
     _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
@@ -353,7 +370,7 @@ def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy,
     if child == 0:
         try:
             _become_episode(libc, fds, config)
-            _warm_up(policy, config)
+            _warm_up(policy, config, warm_source)
             serve_episode(Channel(), config, policy, load_seccomp)
         except BaseException as exc:
             os.write(2, f"{describe_error(exc)}\n".encode(errors="replace"))
@@ -364,12 +381,21 @@ def _fork_episode(libc, own_pid_namespace: int, fds: list, config: dict, policy,
     return child
 
 
-def _warm_up(policy, config: dict) -> None:
+def _warm_source(policy):
+    """The warm-up's source in the form the host sends an episode's sources to this policy: as code the
+    template compiled (see :meth:`PlainPolicy.load_code`), or as text the worker compiles."""
+    if not hasattr(policy, "load_code"):
+        return _WARM_SOURCE
+    data = MAGIC_NUMBER + marshal.dumps(compile(_WARM_SOURCE, "<tool source 0>", "exec"))
+    return {"code": b2a_base64(data, newline=False).decode("ascii")}
+
+
+def _warm_up(policy, config: dict, warm_source) -> None:
     """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
     before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
     the template now, while this worker is a spare, not during the episode's first request."""
     worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
-    worker.load({"sources": ["def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"]})
+    worker.load({"sources": [warm_source]})
     worker.call({"name": "warm", "arguments": {"x": "warm"}})
 
 
@@ -415,6 +441,19 @@ class PlainPolicy:
 
     def globals(self) -> dict:
         return {"__name__": "__tools__", "__builtins__": builtins}
+
+    @staticmethod
+    def load_code(source: dict) -> types.CodeType:
+        """Code the host compiled (``{"code": base64 of MAGIC_NUMBER + marshal data}``), what the host sends
+        instead of a source's text when this worker's ready message names its bytecode: the host made it
+        with ``compile`` from the text (tasks/tool_source.py), never from anything tool code wrote."""
+        data = a2b_base64(source["code"])
+        if data[: len(MAGIC_NUMBER)] != MAGIC_NUMBER:
+            raise ValueError("the code was compiled for another Python version")
+        code = _unmarshal(data[len(MAGIC_NUMBER) :])
+        if type(code) is not types.CodeType:
+            raise TypeError(f"expected code, got {type(code).__name__}")
+        return code
 
 
 def load_policy(name: str | None):
@@ -594,17 +633,36 @@ class Worker:
         self.channel.send({"type": "preloaded", "errors": errors})
 
     def _run_sources(self, sources: list, namespace: dict, label: str) -> list:
-        """Execute each source in ``namespace``; one ``"<label> <index>: <error>"`` per failing source."""
+        """Execute each source in ``namespace``; one ``"<label> <index>: <error>"`` per failing source.
+
+        A source is its text, compiled here by the policy, or ``{"code": base64}``: code the host compiled
+        for this interpreter (see :meth:`PlainPolicy.load_code`). Every source is compiled or read before
+        any of them runs, so no data of the host is read after tool code ran."""
         errors = []
         sink = CappedOutput(self.output_cap)
+        codes: list[types.CodeType | BaseException] = []
         for index, source in enumerate(sources):
             try:
-                code = self.policy.compile(source, f"<tool {label} {index}>", "exec")
+                codes.append(self._code_of(source, f"<tool {label} {index}>"))
+            except BaseException as exc:
+                codes.append(exc)
+        for index, code in enumerate(codes):
+            try:
+                if isinstance(code, BaseException):
+                    raise code
                 with _redirected(sink):
                     exec(code, namespace)
             except BaseException as exc:
                 errors.append(f"{label} {index}: {describe_error(exc)}")
         return errors
+
+    def _code_of(self, source, filename: str) -> types.CodeType:
+        if isinstance(source, str):
+            return self.policy.compile(source, filename, "exec")
+        load_code = getattr(self.policy, "load_code", None)
+        if load_code is None:
+            raise ValueError(f"the {self.policy.name} policy compiles every source itself")
+        return load_code(source)
 
     def load(self, request: dict) -> None:
         if self.namespace is not None:
@@ -777,6 +835,7 @@ def serve_episode(channel: Channel, config: dict, policy, load_seccomp) -> int:
             "namespaces": bool(config.get("namespaces")),
             "rlimits": config["rlimits"],
             "policy": policy.name,
+            "bytecode": MAGIC_NUMBER.hex() if hasattr(policy, "load_code") else None,
         }
     )
     Worker(channel, policy, config["output_cap"], config["result_cap"]).serve()

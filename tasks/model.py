@@ -41,6 +41,9 @@ class Task:
     functions: tuple[str, ...] = ()
     """The row's function sources exactly as stored, example code included (the official protocol
     finds a tool's source by reading its text)."""
+    tool_code: tuple[bytes | None, ...] = ()
+    """Each of ``tool_sources`` compiled on this host (``tool_source.compile_tool_code``), made once with the
+    parsed tasks so that no episode compiles its tools; empty where a loader does not compile."""
     metadata: Mapping[str, Any] = field(default_factory=dict)
     """The row's remaining fields (answer_type, source_id, licences, ...), untouched."""
 

@@ -7,9 +7,12 @@ Kept statements are copied verbatim from the source (comments and line layout su
 """
 
 from __future__ import annotations
+import __future__
 
 import ast
+import marshal
 from dataclasses import dataclass
+from importlib.util import MAGIC_NUMBER
 
 from hopgym.errors import DataError
 
@@ -17,6 +20,8 @@ _KEPT_STATEMENTS = (ast.Import, ast.ImportFrom, ast.FunctionDef, ast.AsyncFuncti
 MAX_SOURCE_CHARS = 128 * 1024
 """Longest tool source parsed on the host (ToolHop's stay under 4 KB); parsing costs about 250 bytes of
 host memory per character, so an unbounded source could take gigabytes."""
+_WORKER_FLAGS = __future__.annotations.compiler_flag
+"""The future features the sandbox worker's ``compile`` inherits (its module imports ``annotations``)."""
 
 
 @dataclass(frozen=True)
@@ -81,3 +86,17 @@ def read_tool_source(source: str, origin: str = "tool source") -> ToolSource:
         # A statement sharing a line with another (``def f(): ...; f()``) cannot be cut out by lines.
         kept.append(ast.unparse(node) if shares_a_line else "\n".join(lines[start - 1 : end]))
     return ToolSource(code="\n\n".join(kept) + "\n", signatures=signatures)
+
+
+def compile_tool_code(code: str, index: int) -> bytes | None:
+    """``code`` (an episode's ``index``-th source) compiled as the sandbox worker compiles a source's text
+    (``<tool source INDEX>``, postponed annotations, no optimisation), as this interpreter's magic number
+    and marshal data: a worker of the same interpreter runs it without compiling (see ``Sandbox.load``).
+    None when it does not compile: the worker then compiles the text and reports the error."""
+    try:
+        compiled = compile(
+            code, f"<tool source {index}>", "exec", _WORKER_FLAGS, dont_inherit=True, optimize=0
+        )
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return MAGIC_NUMBER + marshal.dumps(compiled)

@@ -13,7 +13,7 @@ from hopgym.errors import DataError
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.model import Task
 from hopgym.tasks.tool_schema import check_tool_schema
-from hopgym.tasks.tool_source import read_tool_source
+from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
 
 _REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
@@ -115,6 +115,7 @@ def task_from_row(row: Mapping[str, Any], index: int) -> Task:
         domain=str(row.get("domain", "")),
         tools=tools,
         tool_sources=sources,
+        tool_code=tuple(compile_tool_code(source, index) for index, source in enumerate(sources)),
         sub_tasks=sub_tasks,
         gold_calls=gold_calls,
         duplicate_tools=duplicates,

@@ -67,6 +67,30 @@ def shm_lookup():
 """
 
 
+MUTATE = """
+import datetime, json, math, string
+
+def mutate():
+    math.pi = 3
+    string.ascii_letters = "changed by episode one"
+    json.dumps = lambda *args, **kwargs: "changed by episode one"
+    datetime.MARKER = "episode one"
+"""
+
+MODULES = """
+import datetime, json, math, string, sys
+
+def modules():
+    return {
+        "pi": math.pi,
+        "letters": string.ascii_letters,
+        "dumps": json.dumps([1]),
+        "marker": getattr(datetime, "MARKER", None),
+        "imported": [name for name in ("calendar", "csv", "random", "unicodedata") if name in sys.modules],
+    }
+"""
+
+
 @pytest.fixture(scope="module", params=["bwrap", "namespaces"])
 def sandbox(request: pytest.FixtureRequest) -> Iterator[ProcessSandbox]:
     box = make_sandbox("process", isolation=request.param, start="fork", timeout=5.0)
@@ -110,6 +134,23 @@ def test_nothing_of_one_episode_reaches_the_next(sandbox: ProcessSandbox) -> Non
     assert after["random"] != fresh["random"], "each episode seeds its own random generator"
     shm = sandbox.call("shm_lookup", {})
     assert shm.status == "ok" and shm.value == -1, "the previous episode's SysV segment is not visible"
+
+
+def test_modules_the_template_imported_are_each_episode_s_own(sandbox: ProcessSandbox) -> None:
+    """The template imports common standard-library modules once; an episode that changes one changes only
+    its own copy. No module with random state is among them (each episode seeds its own, see above)."""
+    assert sandbox.load([MUTATE]).errors == ()
+    assert sandbox.call("mutate", {}).status == "ok"
+    assert sandbox.load([MODULES]).errors == ()
+    after = sandbox.call("modules", {})
+    assert after.status == "ok", after.error
+    assert after.value == {
+        "pi": 3.141592653589793,
+        "letters": "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ",
+        "dumps": "[1]",
+        "marker": None,
+        "imported": ["calendar", "csv", "unicodedata"],
+    }
 
 
 def test_each_worker_has_its_own_cgroup_and_is_gone_after_the_episode(sandbox: ProcessSandbox) -> None:

@@ -73,6 +73,16 @@ def test_dunder_walks_are_rejected_at_load(restricted: Sandbox) -> None:
     assert "SyntaxError" in loaded.errors[0] and "__class__" in loaded.errors[0]
 
 
+def test_host_compiled_code_never_bypasses_the_policy(restricted: Sandbox) -> None:
+    """The restricted worker compiles every source itself: it names no bytecode, so the host sends text."""
+    from hopgym.tasks.tool_source import compile_tool_code
+
+    walk = "def walk():\n    return ().__class__.__base__.__subclasses__()"
+    assert restricted.worker_info["bytecode"] is None
+    loaded = restricted.load([walk], [compile_tool_code(walk, 0)])
+    assert loaded.functions == () and "__class__" in loaded.errors[0]
+
+
 def test_imports_outside_the_allowed_modules_fail(restricted: Sandbox) -> None:
     restricted.load(["def shell():\n    import os\n    return os.getcwd()"])
     result = restricted.call("shell", {})

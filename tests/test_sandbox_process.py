@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import marshal
 import os
 import py_compile
@@ -17,6 +18,7 @@ from hopgym.sandbox import Sandbox, isolation, make_sandbox
 from hopgym.sandbox.cgroups import resolve_cgroups
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
+from hopgym.tasks.tool_source import compile_tool_code
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
 REPO = Path(__file__).resolve().parents[1]
@@ -367,3 +369,32 @@ def test_pausing_the_worker_between_calls_wakes_no_relay() -> None:
 def _proc_status(pid: int | str) -> dict[str, str]:
     lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     return {key: value.strip() for key, value in (line.split(":", 1) for line in lines)}
+
+
+def test_host_compiled_code_runs_instead_of_the_text_and_loads_alike(sandbox: Sandbox) -> None:
+    """Code the host compiled once (``compile_tool_code``) is what the worker runs, with the same functions,
+    postponed annotations and load errors as its text; code the worker cannot run falls back to the text."""
+    sources = [
+        "def which():\n    return 'text'\n",
+        "def notes(x: Undefined) -> int:\n    return dict(notes.__annotations__)\n",
+        "return 1",
+        "raise RuntimeError('at import')",
+    ]
+    compiled = [compile_tool_code(source, index) for index, source in enumerate(sources)]
+    assert compiled[2] is None, "'return' outside a function compiles nowhere: the worker reports it"
+    assert sandbox.worker_info["bytecode"] == importlib.util.MAGIC_NUMBER.hex()
+    as_text = sandbox.load(sources)
+    text_notes = sandbox.call("notes", {"x": 1}).value
+    compiled[0] = compile_tool_code("def which():\n    return 'code'\n", 0)  # tells which one ran
+    assert sandbox.load(sources, compiled) == as_text
+    assert as_text.errors == (
+        "source 2: SyntaxError: 'return' outside function (<tool source 2>, line 1)",
+        "source 3: RuntimeError: at import",
+    )
+    assert sandbox.call("which", {}).value == "code"
+    assert sandbox.call("notes", {"x": 1}).value == text_notes == {"x": "Undefined", "return": "int"}
+    foreign = [None if code is None else b"\x00\x00\r\n" + code[4:] for code in compiled]
+    assert sandbox.load(sources, foreign) == as_text
+    assert sandbox.call("which", {}).value == "text", "code of another Python version is never sent"
+    with pytest.raises(SandboxError, match="3 compiled codes were given for 4 sources"):
+        sandbox.load(sources, compiled[:3])

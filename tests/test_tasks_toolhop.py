@@ -14,7 +14,7 @@ import pytest
 from hopgym.errors import DataError, DownloadError
 from hopgym.tasks import toolhop_data
 from hopgym.tasks.gold_calls import parse_gold_call
-from hopgym.tasks.tool_source import read_tool_source
+from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop import load_toolhop
 from tests.shared_data import SUBSET, needs_data
 
@@ -56,6 +56,17 @@ def test_subset_sources_keep_definitions_and_drop_example_usage(subset_tasks):
     # toolhop-001 function 0 ends with "response = genealogy_query(...)\nprint(response)" upstream.
     assert "print(response)" not in subset_tasks[0].tool_sources[0]
     assert "def genealogy_query(" in subset_tasks[0].tool_sources[0]
+
+
+@needs_subset
+def test_subset_tools_are_compiled_once_with_the_tasks(subset_tasks):
+    """Each cleaned source is compiled when the file is parsed, so that no episode's worker compiles it."""
+    for task in subset_tasks:
+        assert task.tool_code == tuple(
+            compile_tool_code(source, index) for index, source in enumerate(task.tool_sources)
+        )
+        assert None not in task.tool_code
+    assert compile_tool_code("return 1", 0) is None, "what does not compile is left to the worker to report"
 
 
 @needs_subset
