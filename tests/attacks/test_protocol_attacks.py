@@ -6,7 +6,6 @@ never crashes, and never takes one call's result for another's."""
 from __future__ import annotations
 
 import json
-import time
 import tracemalloc
 
 import pytest
@@ -35,25 +34,28 @@ def echo(sandbox: Sandbox, x: int) -> None:
     assert result.status == "ok" and result.value == {"echo": x}, result
 
 
-def test_a_background_threads_forged_reply_is_never_taken_for_a_later_result(sandbox: Sandbox) -> None:
+def test_a_forged_reply_with_an_earlier_calls_id_is_never_taken_for_a_later_result(sandbox: Sandbox) -> None:
+    """Tool code keeps the id of one call's request and, during a later call, writes a result under it before
+    the real reply (deterministic: no thread racing the host). The later call is a protocol error, never the
+    forged value, and the calls after it get their own results. (A line under the current id is the running
+    tool's own answer: tool code shares the worker's process, so only stale ids can be told apart.)"""
     forger = CHANNEL + (
-        "import threading, time\n"
+        "_seen = []\n"
         "def attack():\n"
-        "    def forge():\n"
-        "        time.sleep(0.2)\n"
-        f"        _channel.send({FORGED_RESULT})\n"
-        "    threading.Thread(target=forge).start()\n"
+        "    _seen.append(_channel.request_id)\n"
         "    return 'real'\n"
+        "def trigger():\n"
+        "    current, _channel.request_id = _channel.request_id, _seen[0]\n"
+        f"    _channel.send({FORGED_RESULT})\n"
+        "    _channel.request_id = current\n"
+        "    return 'triggered'\n"
     )
     assert sandbox.load([forger, BENIGN]).errors == ()
     assert sandbox.call("attack", {}).value == "real"
-    time.sleep(1.0)  # the forged line is written now, or as soon as a paused worker continues
-    outcomes = [sandbox.call("still_works", {"x": x}) for x in range(1, 5)]
-    for x, outcome in enumerate(outcomes, start=1):  # each call gets its own result, or is an error
-        assert outcome.value in ({"echo": x}, None) and outcome.value != "forged", outcome
-        assert outcome.status == "ok" or "protocol" in outcome.error, outcome
-    assert any(outcome.status == "error" for outcome in outcomes[:2])  # the forged line was caught
-    assert outcomes[-1].value == {"echo": 4}  # and nothing is shifted by one afterwards
+    forged = sandbox.call("trigger", {})
+    assert forged.status == "error" and "protocol" in (forged.error or "") and forged.value is None, forged
+    for x in range(1, 4):
+        echo(sandbox, x)  # nothing is shifted by one afterwards
 
 
 def test_a_forged_loaded_reply_is_a_failed_load_not_a_crash(sandbox: Sandbox) -> None:
