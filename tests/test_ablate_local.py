@@ -1,5 +1,7 @@
-"""The three ablations end to end with the embedded local model (SmolLM2-135M) on a real ToolHop task,
-then the report over all their runs. Kept small (one task, two turns, short replies) for 2-core CI."""
+"""The feedback and scenario ablations end to end with the embedded local model (SmolLM2-135M) on a real
+ToolHop task, then the report over all their runs. Kept small (one task, two turns, short replies) for
+2-core CI. The frameworks ablation's arms are the three agents, each run on the local model by
+tests/test_model_local.py; its Table 11 is checked on scripted runs (tests/test_ablate_scripted.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ pytestmark = pytest.mark.model
 def test_ablations_and_report_run_end_to_end_with_the_local_model(tmp_path: Path) -> None:
     require_local_model()
     arms = []
-    for name, ablation in ABLATIONS.items():
+    for name in ("feedback", "scenarios"):
+        ablation = ABLATIONS[name]
         out = tmp_path / name
         code = main([
             "ablate", name, "--model", "local", "--limit", "1", "--concurrency", "1", "--max-tokens", "64",
@@ -43,16 +46,6 @@ def test_ablations_and_report_run_end_to_end_with_the_local_model(tmp_path: Path
     )
     row = re.search(r"^\| (\d+) \| .* \|$", (tmp_path / "feedback" / "ablation.md").read_text(), re.MULTILINE)
     assert row and int(row.group(1)) == flips.queries
-    correct = {
-        arm.name: read_episodes(arm / "episodes.jsonl")[0]["correct"]
-        for arm in arms
-        if arm.parent.name == "frameworks"
-    }
-    table11 = (tmp_path / "frameworks" / "ablation.md").read_text()
-    assert (
-        "| " + " | ".join("100.00" if correct[a] else "0.00" for a in ("fc", "react", "codeact")) + " |"
-        in table11
-    )
 
     assert main(["report", *map(str, arms), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()
