@@ -10,10 +10,10 @@ import subprocess
 import threading
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
+from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, resolve_cgroups
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
@@ -197,15 +197,21 @@ class PausingConnection(WorkerConnection):
 def worker_pid(pid: int, info: dict[str, Any]) -> int:
     """The host pid of the worker that reported ``info``: the end of the chain of only children below the
     launched process (bubblewrap, or the namespaces mode's relays), checked against the worker's own pid."""
-    while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+    while children := kernelfiles.read(f"/proc/{pid}/task/{pid}/children").split():
         if len(children) != 1:
             raise SandboxError(f"the sandbox worker's process {pid} has {len(children)} children, not one")
         pid = int(children[0])
-    status = Path(f"/proc/{pid}/status").read_text()
-    namespace_pids = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
-    if namespace_pids[-1] != str(info.get("pid")):
+    namespace_pids = namespace_pid_chain(pid)
+    if namespace_pids[-1] != info.get("pid"):
         raise SandboxError(f"the sandbox worker reports pid {info.get('pid')}, found {namespace_pids}")
     return pid
+
+
+def namespace_pid_chain(pid: int) -> list[int]:
+    """The host process ``pid``'s pid in each PID namespace it is in, outermost (the host's) first."""
+    status = kernelfiles.read(f"/proc/{pid}/status")
+    start = status.index("\nNSpid:") + len("\nNSpid:")
+    return [int(value) for value in status[start : status.index("\n", start)].split()]
 
 
 def _stderr_after_kill(process: subprocess.Popen, kill) -> str:
