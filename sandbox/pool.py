@@ -103,16 +103,16 @@ class WorkerPool:
             return worker
 
     @contextlib.contextmanager
-    def refill_deferred(self) -> Iterator[None]:
-        """Start no new spare until the block ends, if a spare is ready when it begins: the episode that
-        takes that spare has its first request answered without a worker starting beside it (on a small
-        machine they share the cores). Without a ready spare the refill goes on: starts are then what the
-        caller waits for."""
+    def refill_deferred(self) -> Iterator[bool]:
+        """Start no new spare until the block ends, if a spare is ready when it begins (the block gets
+        True): the episode that takes that spare has its first request answered without a worker starting
+        beside it (on a small machine they share the cores). Without a ready spare (False) the refill goes
+        on: starts are then what the caller waits for."""
         with self._condition:
             deferred = bool(self._ready)
             self._deferred += deferred
         try:
-            yield
+            yield deferred
         finally:
             if deferred:
                 with self._condition:

@@ -83,8 +83,12 @@ class PooledSandbox(Sandbox):
         if compiled is not None and len(compiled) != len(sources):
             raise SandboxError(f"{len(compiled)} compiled codes were given for {len(sources)} sources")
         self._drop_code_worker()
-        with self._pool.refill_deferred():
-            previous = self._take_spare() if self._loaded else None
+        with self._pool.refill_deferred() as spare_ready:
+            previous = None
+            if self._loaded and spare_ready:
+                previous = self._take_spare()
+            elif self._loaded:  # the previous worker exits while the spare is awaited
+                self._replace_worker()
             self._sources = list(sources)
             self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
             self._loaded = True
@@ -178,10 +182,10 @@ class PooledSandbox(Sandbox):
         self._worker = self._pool.acquire()
 
     def _take_spare(self) -> WorkerHandle:
-        """Make a spare the current worker and return the previous one, for the caller to kill once the
-        spare has answered its first request, so that its exit does not compete with that request. Until
+        """Make a ready spare the current worker and return the previous one, for the caller to kill once
+        the spare has answered its first request, so that its exit does not compete with that request. Until
         then it stays as its last reply left it: stopped, on the process backend (``PausingConnection``).
-        If no spare can start, the previous worker is killed and stays current, as in ``_replace_worker``."""
+        If the pool raises, the previous worker is killed and stays current, as in ``_replace_worker``."""
         previous = self._current()
         try:
             self._worker = self._pool.acquire()
