@@ -7,6 +7,7 @@ is used). ``.ci/build-llama-wheel.sh`` installs both, building and caching the l
 from __future__ import annotations
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
@@ -23,6 +24,8 @@ LOCAL_CONCURRENCY = 1
 llama context, so concurrent episodes gain nothing and evict each other's prompt from the KV cache; one
 at a time, each turn evaluates only the tokens its predecessor did not."""
 INSTALL_HINT = "run .ci/build-llama-wheel.sh (builds and caches the wheel) or pip install 'hopgym[local]'"
+THREADS_VARIABLE = "HOPGYM_LOCAL_THREADS"
+"""Environment variable: CPU threads of an embedded server started without an explicit ``threads``."""
 
 
 def find_local_model() -> Path:
@@ -41,8 +44,9 @@ def local_server_command(
 ) -> list[str]:
     """The command line of llama-cpp-python's server for the embedded model on 127.0.0.1.
 
-    ``threads`` defaults to llama-cpp's own choice (half the cores): on a busy 2-core machine two
-    spinning threads ran 5-15x slower than one (measured: 2 vs 29 tokens/s).
+    ``threads`` sets the threads of both generation and prompt evaluation. Left to llama-cpp, they are
+    half the cores and all the cores: fastest on an idle machine, but on a busy one llama.cpp's threads
+    spin at each barrier while another process holds a core (measured on 2 cores: 2 vs 29 tokens/s).
     """
     command = [
         sys.executable,
@@ -61,16 +65,30 @@ def local_server_command(
         "--n_ctx",
         str(n_ctx),
     ]
-    return [*command, "--n_threads", str(threads)] if threads else command
+    return [*command, "--n_threads", str(threads), "--n_threads_batch", str(threads)] if threads else command
+
+
+def threads_from_environment() -> int | None:
+    """The thread count ``HOPGYM_LOCAL_THREADS`` asks for (None when unset): for a machine that is busy
+    with other work, such as the test suite's second worker."""
+    value = os.environ.get(THREADS_VARIABLE, "").strip()
+    if not value:
+        return None
+    if not value.isdigit() or int(value) < 1:
+        raise ConfigError(f"{THREADS_VARIABLE} must be a positive whole number of threads, got {value!r}")
+    return int(value)
 
 
 def local_server(
     port: int | None = None, n_ctx: int = 8192, threads: int | None = None, startup_timeout: float = 120.0
 ) -> ServerProcess:
-    """A not-yet-started server process for the embedded model (use it as a context manager)."""
+    """A not-yet-started server process for the embedded model (use it as a context manager).
+
+    ``threads`` defaults to ``HOPGYM_LOCAL_THREADS``, else to llama-cpp's choice."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(f"llama-cpp-python is not installed: {INSTALL_HINT}")
     model_path = find_local_model()
+    threads = threads or threads_from_environment()
     return ServerProcess.on_loopback(
         "llama-cpp-server",
         lambda free: local_server_command(model_path, free, n_ctx, threads),

@@ -26,8 +26,10 @@ from hopgym.sandbox import kernelfiles
 CGROUP_MODES = ("auto", "v2", "v1", "none")
 CONTROLLERS = ("pids", "memory")
 _names = itertools.count()
-WORKER_GROUP = re.compile(r"hopgym-(\d+)-(\d+)")
-"""A worker's group: ``hopgym-<host pid>-<serial>``."""
+WORKER_GROUP = re.compile(r"hopgym-(\d+)-(\d+)-(\d+)")
+"""A worker's group: ``hopgym-<host's PID namespace>-<host pid>-<serial>``. A PID names a live host only
+in its own namespace: a host in another one (the contained attack suite's) must not take a live host's
+group for a dead one's and remove it between its creation and the worker's join."""
 
 
 @dataclass(frozen=True)
@@ -84,10 +86,17 @@ def _remove_stale_groups(parents: tuple[Path, ...]) -> None:
             match = WORKER_GROUP.fullmatch(group.name)  # other hopgym groups (the attack suite's) stay
             if match is None:
                 continue
-            host = int(match[1])
-            if host != os.getpid() and not _alive(host):
+            namespace, host = int(match[1]), int(match[2])
+            if namespace == _PID_NAMESPACE and host != os.getpid() and not _alive(host):
                 with contextlib.suppress(OSError):  # not yet empty: the next start tries again
                     group.rmdir()
+
+
+def _pid_namespace() -> int:
+    return os.stat("/proc/self/ns/pid").st_ino
+
+
+_PID_NAMESPACE = _pid_namespace()
 
 
 def _alive(pid: int) -> bool:
@@ -159,7 +168,7 @@ class WorkerCgroup:
 
     def __init__(self, plan: CgroupPlan) -> None:
         self.plan = plan
-        name = f"hopgym-{os.getpid()}-{next(_names)}"
+        name = f"hopgym-{_PID_NAMESPACE}-{os.getpid()}-{next(_names)}"
         self.groups = [parent / name for parent in plan.parents]
         self._folders = [str(group) for group in self.groups]
         try:

@@ -42,20 +42,3 @@ def test_kgetool_with_the_local_model_on_real_rows(
         assert all(0.0 <= record["metrics"][key] <= 1.0 for key in keys)
     printed = capsys.readouterr().out
     assert "| LLM for KG | Path Extraction |" in printed and "| LLM for Tool Use |" in printed
-
-
-def test_fc_with_kg_tools_and_the_local_model_on_real_rows(tmp_path: Path) -> None:
-    """The fc agent with the generated KG tools (kg="tools"): its KG calls run in the sandbox against the
-    live family KG, and every episode ends scored (a candidate call) or truncated, never with an error."""
-    assert not _MISSING, f"CI must install the local model (.ci/build-llama-wheel.sh); missing: {_MISSING}"
-    out = tmp_path / "fc-tools"
-    argv = ["eval", "--env", "FamilyTool-v0", "--agent", "fc", "--model", "local", "--out", str(out)]
-    argv += ["--env-arg", "variant=e", "--env-arg", "kg=tools", "--env-arg", "max_turns=2"]
-    assert main([*argv, "--limit", str(ROWS), "--max-tokens", "64", "--no-progress"]) == 0
-    records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-    assert len(records) == ROWS and all(record["error"] is None for record in records)
-    for record in records:
-        assert record["terminated"] or record["truncated"]
-        assert all(call["status"] for call in record["calls"])
-        if record["terminated"]:
-            assert all(0.0 <= record["metrics"][key] <= 1.0 for key in ("tool_em", "tool_acc", "value_acc"))

@@ -222,3 +222,29 @@ def test_a_schema_the_grammar_cannot_express_leaves_only_those_arguments_free(
     assert grammar is not None and parses(grammar)
     assert '"\\"city\\""' in grammar
     assert "set_date: arguments held only to a JSON object" in capfd.readouterr().err
+
+
+def test_every_familytool_tool_list_with_the_kg_tools_compiles_to_a_grammar_llama_accepts() -> None:
+    """What a FamilyTool episode with kg="tools" offers the model (its row's candidate tools and every KG
+    tool, 85 in all) must give a grammar llama.cpp parses, or the server fails on the episode's first
+    request: checked for every distinct tool list of both variants, both tool choices fc sends."""
+    require_local_model()
+    import llama_cpp
+
+    from hopgym.agents.llama_entry import grammar_parser, tool_call_grammar
+    from hopgym.agents.local_server import find_local_model
+    from hopgym.tasks.familytool import load_family_kg, load_familytool
+    from hopgym.tasks.kg_tools import generate_kg_tools
+
+    parses = grammar_parser(llama_cpp.Llama(str(find_local_model()), n_ctx=64, verbose=False))
+    for variant in ("b", "e"):
+        kg_tools = [tool.openai_schema() for tool in generate_kg_tools(load_family_kg(variant), "family")]
+        tool_lists = {
+            json.dumps([doc.openai_schema() for doc in task.candidate_tools])
+            for task in load_familytool(variant)
+        }
+        assert len(tool_lists) > 100
+        for candidates in map(json.loads, tool_lists):
+            for choice in ("required", "auto"):
+                grammar = tool_call_grammar([*candidates, *kg_tools], choice, parses)
+                assert grammar is not None and parses(grammar)

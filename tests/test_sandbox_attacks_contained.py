@@ -1,6 +1,7 @@
 """Runs ``tests/attacks`` contained: in its own PID namespace (``unshare --pid --fork --mount-proc``) and in
 fresh pids and memory cgroups (v1), so that a sandbox regression cannot fork-bomb, exhaust or kill the
-machine running the suite. Asserts the attack suite passed."""
+machine running the suite. Asserts the attack suite passed. One contained run per file of the suite, so that
+the two test workers of ``make test`` share them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 ATTACKS = REPO / "tests" / "attacks"
+ATTACK_FILES = sorted(path.name for path in ATTACKS.glob("test_*.py"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMITS = {"pids": {"pids.max": "512"}, "memory": {"memory.limit_in_bytes": str(3 << 30)}}
 
@@ -68,13 +70,14 @@ def _empty_and_remove(group: Path) -> None:
     raise RuntimeError(f"processes remain in {group}")
 
 
-def test_attack_suite_passes_contained(cgroups: list[Path]) -> None:
+@pytest.mark.parametrize("attack_file", ATTACK_FILES)
+def test_attack_suite_passes_contained(cgroups: list[Path], attack_file: str) -> None:
     def join_cgroups() -> None:
         for group in cgroups:
             (group / "cgroup.procs").write_text(str(os.getpid()))
 
-    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "pytest", str(ATTACKS)]
-    command += ["-q", "-p", "no:cacheprovider", "-o", "addopts="]
+    command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-m", "pytest"]
+    command += [str(ATTACKS / attack_file), "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     completed = subprocess.run(
         command,
         cwd=REPO,

@@ -8,6 +8,8 @@ import os
 import py_compile
 import re
 import shutil
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import Sandbox, isolation, make_sandbox
-from hopgym.sandbox.cgroups import resolve_cgroups
+from hopgym.sandbox.cgroups import WorkerCgroup, resolve_cgroups
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.process import ProcessSandbox
 from hopgym.tasks.tool_source import compile_tool_code
@@ -331,6 +333,34 @@ def test_groups_of_other_owners_beside_the_workers_are_left_alone() -> None:
     finally:
         for group in foreign:
             group.rmdir()
+
+
+def test_a_host_in_another_pid_namespace_leaves_a_live_hosts_new_group_alone() -> None:
+    """The contained attack suite runs its sandboxes in a PID namespace of its own, beside the test
+    worker that runs the rest: its sweep of dead hosts' groups saw no such PID as this host's, took the
+    group this host had just made (empty until the worker joins) for a dead host's and removed it, and
+    the worker failed to start. Only a host of the same namespace may judge a PID dead."""
+    plan = resolve_cgroups("auto", 64, 1 << 30)
+    group = WorkerCgroup(plan)
+    try:
+        sweep = "from hopgym.sandbox.cgroups import resolve_cgroups; resolve_cgroups('auto', 64, 1 << 30)"
+        command = ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, "-c", sweep]
+        subprocess.run(command, check=True, timeout=60)
+        assert all(path.is_dir() for path in group.groups)
+    finally:
+        group.remove()
+
+
+def test_the_groups_a_dead_host_left_are_removed_by_the_next_start() -> None:
+    host = subprocess.run(
+        [sys.executable, "-c", "from hopgym.sandbox.cgroups import *; "
+         "print(WorkerCgroup(resolve_cgroups('auto', 64, 1 << 30)).groups[0].name)"],
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    name = host.stdout.strip()
+    assert name.startswith("hopgym-")
+    plan = resolve_cgroups("auto", 64, 1 << 30)
+    assert [parent / name for parent in plan.parents if (parent / name).exists()] == []
 
 
 def test_a_call_can_return_the_json_text_its_worker_made(sandbox: Sandbox) -> None:

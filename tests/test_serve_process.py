@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from hopgym.agents.local_server import THREADS_VARIABLE, local_server_command, threads_from_environment
 from hopgym.agents.model import ModelClient, ModelConfig
 from hopgym.agents.server_process import ServerProcess, free_port, is_ready
 from hopgym.agents.vllm_server import tool_call_parser_for, vllm_command, vllm_server
@@ -179,3 +180,21 @@ def test_sigterm_to_hopgym_stops_the_server_it_started(fake_vllm: Path, tmp_path
     hopgym.send_signal(signal.SIGTERM)
     assert hopgym.wait(timeout=30) == 130
     assert not is_ready(api_base)
+
+
+def test_the_embedded_servers_threads_read_prompts_too_and_can_come_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """One thread count for generation and prompt reading (llama-cpp's default reads prompts on every
+    core, which spins on a busy machine); HOPGYM_LOCAL_THREADS sets it, and a bad value is named."""
+    command = local_server_command(Path("model.gguf"), 8000, threads=3)
+    assert command[command.index("--n_threads") + 1] == command[command.index("--n_threads_batch") + 1] == "3"
+    assert "--n_threads_batch" not in local_server_command(Path("model.gguf"), 8000)
+    monkeypatch.delenv(THREADS_VARIABLE, raising=False)
+    assert threads_from_environment() is None
+    monkeypatch.setenv(THREADS_VARIABLE, "2")
+    assert threads_from_environment() == 2
+    for bad in ("0", "two", "-1", "1.5"):
+        monkeypatch.setenv(THREADS_VARIABLE, bad)
+        with pytest.raises(ConfigError, match=f"{THREADS_VARIABLE} must be a positive whole number.*{bad!r}"):
+            threads_from_environment()

@@ -16,7 +16,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     local.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     local.add_argument("--n-ctx", type=int, default=8192, help="context length in tokens (default: 8192)")
     local.add_argument(
-        "--threads", type=int, help="CPU threads (default: llama-cpp's choice, half the cores)"
+        "--threads",
+        type=int,
+        help="CPU threads to generate and to read prompts (default: $HOPGYM_LOCAL_THREADS, else "
+        "llama-cpp's choice: half the cores to generate, all of them to read prompts)",
     )
     local.set_defaults(func=serve_local)
 

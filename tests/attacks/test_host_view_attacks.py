@@ -175,5 +175,5 @@ def test_workers_die_with_their_host(level: str) -> None:
         time.sleep(0.05)
     assert [pid for pid in workers if alive(pid)] == []
     make_sandbox("process", isolation=level).close()  # removes the groups the dead host left behind
-    leftovers = [group for group in Path("/sys/fs/cgroup").glob(f"*/**/hopgym-{host.pid}-*")]
+    leftovers = [group for group in Path("/sys/fs/cgroup").glob(f"*/**/hopgym-*-{host.pid}-*")]
     assert leftovers == []
