@@ -15,6 +15,7 @@ import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
 from hopgym.sandbox import make_sandbox, process
+from hopgym.sandbox.cgroups import WORKER_GROUP
 from hopgym.sandbox.process import ProcessSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="start='fork' needs root")
@@ -158,7 +159,8 @@ def test_each_worker_has_its_own_cgroup_and_is_gone_after_the_episode(sandbox: P
     _probe(sandbox)
     host_pid = sandbox._current().connection.pause_pid
     groups = [line.split(":", 2)[2] for line in Path(f"/proc/{host_pid}/cgroup").read_text().splitlines()]
-    mine = [group for group in groups if f"hopgym-{os.getpid()}-" in group]
+    names = [WORKER_GROUP.fullmatch(group.rsplit("/", 1)[-1]) for group in groups]
+    mine = [name[0] for name in names if name is not None and name[2] == str(os.getpid())]
     assert mine, f"the forked worker is not in a worker cgroup: {groups}"
     _probe(sandbox)  # a new episode: the previous worker is killed (SIGKILL sent, its exit is the kernel's)
     assert _wait_gone(host_pid, patience=10.0), "the previous episode's worker still runs"
