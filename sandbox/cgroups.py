@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
+from hopgym.sandbox import kernelfiles
 
 CGROUP_MODES = ("auto", "v2", "v1", "none")
 CONTROLLERS = ("pids", "memory")
@@ -169,9 +170,10 @@ class WorkerCgroup:
         self.plan = plan
         name = f"hopgym-{_PID_NAMESPACE}-{os.getpid()}-{next(_names)}"
         self.groups = [parent / name for parent in plan.parents]
+        self._folders = [str(group) for group in self.groups]
         try:
-            for group in self.groups:
-                group.mkdir()
+            for folder in self._folders:
+                os.mkdir(folder)
             self._write_limits()
         except OSError:
             self.remove()
@@ -180,17 +182,18 @@ class WorkerCgroup:
     def _write_limits(self) -> None:
         tasks, memory = str(self.plan.max_tasks), str(self.plan.memory_bytes)
         if self.plan.version == "v2":
-            (group,) = self.groups
+            (group,) = self._folders
             settings = [("pids.max", tasks), ("memory.max", memory), ("memory.swap.max", "0")]
             for key, value in settings:
-                if key != "memory.swap.max" or (group / key).exists():
-                    (group / key).write_text(value)
+                if key != "memory.swap.max" or os.path.exists(f"{group}/{key}"):
+                    kernelfiles.write(f"{group}/{key}", value)
             return
-        pids, memory_group = self.groups
-        (pids / "pids.max").write_text(tasks)
-        (memory_group / "memory.limit_in_bytes").write_text(memory)
-        if (memory_group / "memory.memsw.limit_in_bytes").exists():  # swap accounting on: no swap either
-            (memory_group / "memory.memsw.limit_in_bytes").write_text(memory)
+        pids, memory_group = self._folders
+        kernelfiles.write(f"{pids}/pids.max", tasks)
+        kernelfiles.write(f"{memory_group}/memory.limit_in_bytes", memory)
+        swap = f"{memory_group}/memory.memsw.limit_in_bytes"
+        if os.path.exists(swap):  # swap accounting on: no swap either
+            kernelfiles.write(swap, memory)
 
     def join_command(self, command: list[str]) -> list[str]:
         """``command`` run by a shell that first moves itself into the group(s), then ``exec``s it, so that
@@ -200,8 +203,8 @@ class WorkerCgroup:
 
     def join(self, pid: int) -> None:
         """Move the process ``pid`` (all its threads) into the group(s); what it starts later is counted."""
-        for group in self.groups:
-            (group / "cgroup.procs").write_text(str(pid))
+        for folder in self._folders:
+            kernelfiles.write(f"{folder}/cgroup.procs", str(pid))
 
     def kill(self, patience: float = 2.0) -> None:
         """SIGKILL every process in the group(s) until none is left (the caller reaps its own child)."""
@@ -214,18 +217,18 @@ class WorkerCgroup:
 
     def _pids(self) -> set[int]:
         pids: set[int] = set()
-        for group in self.groups:
+        for folder in self._folders:
             with contextlib.suppress(FileNotFoundError):
-                pids.update(int(pid) for pid in (group / "cgroup.procs").read_text().split())
+                pids.update(int(pid) for pid in kernelfiles.read(f"{folder}/cgroup.procs").split())
         return pids
 
     def remove(self, patience: float = 2.0) -> None:
         """Remove the group(s); an exited process may take a moment to leave its group."""
         give_up = time.monotonic() + patience
-        for group in self.groups:
+        for folder in self._folders:
             while True:
                 try:
-                    group.rmdir()
+                    os.rmdir(folder)
                     break
                 except FileNotFoundError:
                     break

@@ -21,14 +21,20 @@ import socket
 import subprocess
 import threading
 import time
-from pathlib import Path
 from typing import Any
 
 from hopgym.errors import SandboxError
+from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
 from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, WorkerLimits, worker_command
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.process import PausingConnection, Reaper, check_hardening, worker_pid
+from hopgym.sandbox.process import (
+    PausingConnection,
+    Reaper,
+    check_hardening,
+    namespace_pid_chain,
+    worker_pid,
+)
 from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
 
 _CONTROL_MESSAGE_BYTES = 4096
@@ -107,10 +113,10 @@ class ForkServer:
 
     def _host_pid_of(self, template_pid: int) -> int:
         """The host pid of the template's child whose pid in the template's namespace is ``template_pid``."""
-        children = Path(f"/proc/{self._host_pid}/task/{self._host_pid}/children").read_text().split()
-        for child in children:
+        children = kernelfiles.read(f"/proc/{self._host_pid}/task/{self._host_pid}/children").split()
+        for child in reversed(children):  # the newest child is listed last
             with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                if _namespace_pids(int(child))[-2] == template_pid:
+                if namespace_pid_chain(int(child))[-2] == template_pid:
                     return int(child)
         raise SandboxError(f"the fork-server's child {template_pid} is gone")
 
@@ -129,12 +135,6 @@ class ForkServer:
         text = process.stderr.read().decode(errors="replace").strip()
         process.stderr.close()
         return f"\nfork-server stderr:\n{text[-2000:]}" if text else ""
-
-
-def _namespace_pids(pid: int) -> list[int]:
-    status = Path(f"/proc/{pid}/status").read_text()
-    line = next(line for line in status.splitlines() if line.startswith("NSpid:"))
-    return [int(value) for value in line.split()[1:]]
 
 
 class ForkingLauncher(Launcher):

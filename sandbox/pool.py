@@ -7,11 +7,12 @@ hand-over, not one interpreter start. Backends supply a :class:`Launcher`.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from abc import ABC, abstractmethod
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +70,9 @@ class WorkerPool:
         self._ready: deque[WorkerHandle] = deque()
         self._condition = threading.Condition()
         self._starting = 0
+        self._deferred = 0
+        """Blocks of :meth:`refill_deferred` running with a spare in hand: no new start meanwhile."""
+        self._waiting = 0
         self._error: SandboxError | None = None
         self._closed = False
         self._refillers = [
@@ -84,7 +88,10 @@ class WorkerPool:
             return self._launcher.start()
         with self._condition:
             while not self._ready and self._error is None and not self._closed:
+                self._waiting += 1  # a deferred refill goes on: someone waits for a spare
+                self._condition.notify_all()
                 self._condition.wait()
+                self._waiting -= 1
             if self._closed:
                 raise SandboxError("the sandbox is closed")
             if self._error is not None:
@@ -94,6 +101,23 @@ class WorkerPool:
             worker = self._ready.popleft()
             self._condition.notify_all()
             return worker
+
+    @contextlib.contextmanager
+    def refill_deferred(self) -> Iterator[bool]:
+        """Start no new spare until the block ends, if a spare is ready when it begins (the block gets
+        True): the episode that takes that spare has its first request answered without a worker starting
+        beside it (on a small machine they share the cores). Without a ready spare (False) the refill goes
+        on: starts are then what the caller waits for."""
+        with self._condition:
+            deferred = bool(self._ready)
+            self._deferred += deferred
+        try:
+            yield deferred
+        finally:
+            if deferred:
+                with self._condition:
+                    self._deferred -= 1
+                    self._condition.notify_all()
 
     def wait_until_warm(self, timeout: float | None = None) -> None:
         """Block until every spare is ready (each start has its own time limit, so this ends without a
@@ -125,7 +149,9 @@ class WorkerPool:
         while True:
             with self._condition:
                 while not self._closed and (
-                    len(self._ready) + self._starting >= self._spares or self._error is not None
+                    len(self._ready) + self._starting >= self._spares
+                    or self._error is not None
+                    or (self._deferred and not self._waiting)
                 ):
                     self._condition.wait()
                 if self._closed:

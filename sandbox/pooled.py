@@ -83,12 +83,20 @@ class PooledSandbox(Sandbox):
         if compiled is not None and len(compiled) != len(sources):
             raise SandboxError(f"{len(compiled)} compiled codes were given for {len(sources)} sources")
         self._drop_code_worker()
-        if self._loaded:
-            self._replace_worker()
-        self._sources = list(sources)
-        self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
-        self._loaded = True
-        return self._load_sources(self._timeout)
+        with self._pool.refill_deferred() as spare_ready:
+            previous = None
+            if self._loaded and spare_ready:
+                previous = self._take_spare()
+            elif self._loaded:  # the previous worker exits while the spare is awaited
+                self._replace_worker()
+            self._sources = list(sources)
+            self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
+            self._loaded = True
+            try:
+                return self._load_sources(self._timeout)
+            finally:
+                if previous is not None:
+                    previous.kill()
 
     def call(
         self,
@@ -172,6 +180,19 @@ class PooledSandbox(Sandbox):
         its next use fails as a crash and tries again, so one failed start does not end the sandbox."""
         self._current().kill()
         self._worker = self._pool.acquire()
+
+    def _take_spare(self) -> WorkerHandle:
+        """Make a ready spare the current worker and return the previous one, for the caller to kill once
+        the spare has answered its first request, so that its exit does not compete with that request. Until
+        then it stays as its last reply left it: stopped, on the process backend (``PausingConnection``).
+        If the pool raises, the previous worker is killed and stays current, as in ``_replace_worker``."""
+        previous = self._current()
+        try:
+            self._worker = self._pool.acquire()
+        except BaseException:
+            previous.kill()
+            raise
+        return previous
 
     def _code_worker_for_episode(self) -> WorkerHandle:
         if self._code_worker is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import queue
 import signal
@@ -10,10 +11,10 @@ import subprocess
 import threading
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
+from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, resolve_cgroups
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
@@ -28,9 +29,12 @@ from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
 from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
 
 POLICIES = (None, "restricted")
-STARTS = ("spawn", "fork")
+STARTS = ("auto", "spawn", "fork")
 """How each worker starts: a new interpreter under a new bwrap (``spawn``), or forked from a warm template
-(``fork``, see :mod:`hopgym.sandbox.forkserver`; root only, bwrap or namespaces)."""
+(``fork``, see :mod:`hopgym.sandbox.forkserver`; root only, bwrap or namespaces); ``auto``: ``fork`` where
+it can work, else ``spawn``, saying why in a log record and in the report (``start_fallback``)."""
+_log = logging.getLogger(__name__)
+_FALLBACKS_LOGGED: set[str] = set()
 _BWRAP_SIGNAL_BASE = 128
 """bubblewrap exits with 128 + n when the sandboxed worker was killed by signal n."""
 
@@ -197,15 +201,21 @@ class PausingConnection(WorkerConnection):
 def worker_pid(pid: int, info: dict[str, Any]) -> int:
     """The host pid of the worker that reported ``info``: the end of the chain of only children below the
     launched process (bubblewrap, or the namespaces mode's relays), checked against the worker's own pid."""
-    while children := Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+    while children := kernelfiles.read(f"/proc/{pid}/task/{pid}/children").split():
         if len(children) != 1:
             raise SandboxError(f"the sandbox worker's process {pid} has {len(children)} children, not one")
         pid = int(children[0])
-    status = Path(f"/proc/{pid}/status").read_text()
-    namespace_pids = next(line.split()[1:] for line in status.splitlines() if line.startswith("NSpid:"))
-    if namespace_pids[-1] != str(info.get("pid")):
+    namespace_pids = namespace_pid_chain(pid)
+    if namespace_pids[-1] != info.get("pid"):
         raise SandboxError(f"the sandbox worker reports pid {info.get('pid')}, found {namespace_pids}")
     return pid
+
+
+def namespace_pid_chain(pid: int) -> list[int]:
+    """The host process ``pid``'s pid in each PID namespace it is in, outermost (the host's) first."""
+    status = kernelfiles.read(f"/proc/{pid}/status")
+    start = status.index("\nNSpid:") + len("\nNSpid:")
+    return [int(value) for value in status[start : status.index("\n", start)].split()]
 
 
 def _stderr_after_kill(process: subprocess.Popen, kill) -> str:
@@ -226,8 +236,9 @@ class ProcessSandbox(PooledSandbox):
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
     ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
-    ``start``: ``spawn`` (a new interpreter per worker) or ``fork`` (forked from a warm template with the
-    same isolation; see :mod:`hopgym.sandbox.forkserver`).
+    ``start``: ``fork`` (forked from a warm template with the same isolation; see
+    :mod:`hopgym.sandbox.forkserver`), ``spawn`` (a new interpreter per worker) or ``auto`` (``fork`` where
+    it can work: root and isolation ``bwrap`` or ``namespaces``; else ``spawn``, logged and reported).
     Not thread-safe: use one sandbox per concurrently running episode.
     """
 
@@ -248,12 +259,12 @@ class ProcessSandbox(PooledSandbox):
         cgroup: str = "auto",
         max_tasks: int = 64,
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
-        start: str = "spawn",
+        start: str = "auto",
     ) -> None:
         if policy not in POLICIES:
             raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
         plan = resolve_isolation(isolation, seccomp)
-        _require_start(start, plan)
+        start, fallback = _resolve_start(start, plan)
         limits = WorkerLimits(
             memory_mb=memory_mb,
             cpu_seconds=cpu_seconds,
@@ -274,6 +285,7 @@ class ProcessSandbox(PooledSandbox):
             "view": worker_view(policy).report() if plan.level != "none" else "the host's files",
             "paused_between_calls": True,
             "start": start,
+            **({"start_fallback": fallback} if fallback else {}),
         }
         launcher = _launcher(start, plan, limits, policy, cgroups)
         self._launcher = launcher
@@ -300,14 +312,32 @@ class ProcessSandbox(PooledSandbox):
         self._launcher.close()
 
 
-def _require_start(start: str, plan: IsolationPlan) -> None:
+def _resolve_start(start: str, plan: IsolationPlan) -> tuple[str, str | None]:
+    """The start mode in force and, when ``auto`` falls back to ``spawn``, why (also logged)."""
     if start not in STARTS:
         raise ConfigError(f"start={start!r} is not a start mode; valid: {', '.join(STARTS)}")
-    if start == "fork" and (plan.level == "none" or os.geteuid() != 0):
+    problem = _fork_problem(plan)
+    if start == "fork" and problem:
         raise IsolationUnavailableError(
-            f"start='fork' needs root and isolation 'bwrap' or 'namespaces' (got {plan.level!r}, "
-            f"uid {os.geteuid()}): the template gives each worker its own namespaces; or pass start='spawn'"
+            f"start='fork' needs {problem}: the template gives each worker its own namespaces; "
+            "or pass start='spawn'"
         )
+    if start != "auto":
+        return start, None
+    if problem:
+        reason = f"start='fork' needs {problem}"
+        if reason not in _FALLBACKS_LOGGED:  # once per process: a vector env starts many sandboxes
+            _FALLBACKS_LOGGED.add(reason)
+            _log.warning("sandbox workers start as new interpreters (start='spawn'): %s", reason)
+        return "spawn", reason
+    return "fork", None
+
+
+def _fork_problem(plan: IsolationPlan) -> str | None:
+    """What keeps ``start="fork"`` from working here, or None."""
+    if plan.level == "none" or os.geteuid() != 0:
+        return f"root and isolation 'bwrap' or 'namespaces' (got {plan.level!r}, uid {os.geteuid()})"
+    return None
 
 
 def _launcher(

@@ -104,17 +104,10 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
         _mount(libc, source, target, fstype, flags, data)
 
     def bind(source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
-        mount(source, target, None, _MS_BIND | _MS_REC, None)
-        mount(None, target, None, _MS_REMOUNT | _MS_BIND | flags, None)
+        _bind(libc, source, target, flags)
 
     def place(path: str, directory: bool) -> str:
-        target = _NEW_ROOT + path
-        os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
-        if directory:
-            os.makedirs(target, mode=0o755, exist_ok=True)
-        elif not os.path.exists(target):
-            os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
-        return target
+        return _mount_point(_NEW_ROOT + path, directory)
 
     mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
     # Held open while the new root is mounted over /tmp, then bound through /proc/self/fd.
@@ -153,6 +146,22 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
 def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
     encode = lambda s: None if s is None else s.encode()  # noqa: E731
     _check(libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+
+
+def _bind(libc, source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
+    """Bind ``source`` (and the mounts below it) at ``target``, then make it read-only (or ``flags``)."""
+    _mount(libc, source, target, None, _MS_BIND | _MS_REC, None)
+    _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | flags, None)
+
+
+def _mount_point(target: str, directory: bool) -> str:
+    """``target`` made to bind a folder (``directory``) or a file onto, with traversable folders above it."""
+    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+    if directory:
+        os.makedirs(target, mode=0o755, exist_ok=True)
+    elif not os.path.exists(target):
+        os.close(os.open(target, os.O_CREAT | os.O_WRONLY, 0o644))
+    return target
 
 
 def die_with_host(host_pid: int) -> None:
@@ -410,8 +419,13 @@ def _become_episode(libc, fds: list, config: dict) -> None:
     _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare(mount, ipc)")
     _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    # The view's folders under /tmp (a checkout or venv there) are bound again over the fresh /tmp.
+    kept = [(path, os.open(path, os.O_PATH)) for path in config["view"]["binds"] if path.startswith("/tmp/")]
     tmp_options = f"size={config['tmpfs_bytes']},mode=1777"
     _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options)
+    for path, fd in kept:
+        _bind(libc, f"/proc/self/fd/{fd}", _mount_point(path, os.path.isdir(f"/proc/self/fd/{fd}")))
+        os.close(fd)
     _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
     if os.path.isdir("/dev/pts"):
         _mount(libc, "devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, _PTS_OPTIONS)

@@ -4,6 +4,7 @@ the template stays out of the workers' reach."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
@@ -13,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
-from hopgym.sandbox import make_sandbox
+from hopgym.sandbox import make_sandbox, process
+from hopgym.sandbox.cgroups import WORKER_GROUP
 from hopgym.sandbox.process import ProcessSandbox
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="start='fork' needs root")
@@ -157,7 +159,8 @@ def test_each_worker_has_its_own_cgroup_and_is_gone_after_the_episode(sandbox: P
     _probe(sandbox)
     host_pid = sandbox._current().connection.pause_pid
     groups = [line.split(":", 2)[2] for line in Path(f"/proc/{host_pid}/cgroup").read_text().splitlines()]
-    mine = [group for group in groups if f"hopgym-{os.getpid()}-" in group]
+    names = [WORKER_GROUP.fullmatch(group.rsplit("/", 1)[-1]) for group in groups]
+    mine = [name[0] for name in names if name is not None and name[2] == str(os.getpid())]
     assert mine, f"the forked worker is not in a worker cgroup: {groups}"
     _probe(sandbox)  # a new episode: the previous worker is killed (SIGKILL sent, its exit is the kernel's)
     assert _wait_gone(host_pid, patience=10.0), "the previous episode's worker still runs"
@@ -203,3 +206,19 @@ def test_start_mode_is_checked() -> None:
         make_sandbox("process", start="clone")
     with pytest.raises(IsolationUnavailableError, match="start='fork'"):
         make_sandbox("process", isolation="none", start="fork")
+
+
+def test_fork_is_the_default_and_a_fallback_to_spawn_is_said(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(process, "_FALLBACKS_LOGGED", set())  # said once per process: forget earlier tests
+    with make_sandbox("process", spares=0) as box:
+        assert box.report["start"] == "fork" and "start_fallback" not in box.report
+    with caplog.at_level(logging.WARNING), make_sandbox("process", isolation="none", spares=0) as box:
+        assert box.report["start"] == "spawn"
+        assert "isolation 'bwrap' or 'namespaces'" in box.report["start_fallback"]
+        assert box.load(["def f():\n    return 1\n"]).functions == ("f",)
+        assert box.call("f", {}).value == 1
+    logged = [record.getMessage() for record in caplog.records if record.name == "hopgym.sandbox.process"]
+    reason = box.report["start_fallback"]
+    assert logged == [f"sandbox workers start as new interpreters (start='spawn'): {reason}"]

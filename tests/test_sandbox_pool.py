@@ -51,3 +51,29 @@ def test_a_failing_start_ends_the_wait_and_is_raised_by_acquire() -> None:
             pool.acquire()
     finally:
         pool.close()
+
+
+def test_a_deferred_refill_waits_for_the_block_or_for_someone_who_needs_a_spare() -> None:
+    """The episode that takes a ready spare has its first request answered before the next spare starts;
+    a second acquire inside the block (a failed load's replacement) gets a start at once, not a deadlock."""
+    launcher = GatedLauncher()
+    launcher.gate.set()
+    pool = WorkerPool(launcher, spares=1)
+    try:
+        pool.wait_until_warm(timeout=10)
+        with pool.refill_deferred() as spare_ready:
+            assert spare_ready
+            assert pool.acquire().info["n"] == 1
+            with pytest.raises(SandboxError, match="not ready after"):
+                pool.wait_until_warm(timeout=0.2)  # deferred: nothing starts meanwhile
+            assert launcher.started == 1
+            assert pool.acquire().info["n"] == 2  # someone waits: the refill goes on
+        pool.wait_until_warm(timeout=10)
+        assert launcher.started == 3
+        launcher.gate.clear()
+        pool.acquire()
+        with pool.refill_deferred() as spare_ready:
+            assert not spare_ready  # no spare ready, its start under way: nothing is deferred
+        launcher.gate.set()
+    finally:
+        pool.close()
