@@ -7,12 +7,13 @@ becomes validated, executed and recorded calls; those steps live here once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
 
-from hopgym.envs.feedback import outcome_of, shown_text, validation_text
+from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
 from hopgym.envs.validation import CallCheck, ToolValidator, stand_in
 from hopgym.errors import ActionError, ConfigError, HopgymError
@@ -145,18 +146,60 @@ def tool_message(record: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+"""What ``step`` returns: observation, reward, terminated, truncated, info."""
+CallRequest = tuple[str, Any, Any]
+"""A call of an assistant message as :func:`call_fields` reads it: (id, name, raw arguments)."""
+
+
+@dataclass(frozen=True)
+class Score:
+    """How an ended episode scored, in every env: the reward, whether the answer was correct, the gold
+    answer, the env's per-episode ``metrics`` (fractions; ``None`` = not applicable), which run summaries
+    average, and integer ``counts``, which dataset readings sum instead (FamilyTool's paper reading).
+    ``details`` are further terminal ``info`` keys an env documents (KGTool's ``precision`` ...)."""
+
+    reward: float
+    correct: bool
+    answer: Any
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    counts: Mapping[str, int] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def info(self) -> dict[str, Any]:
+        """The terminal ``info`` keys of every env: ``correct``, ``answer``, ``metrics`` (``{}`` when the
+        env has none; the counts, if any, under ``metrics["counts"]``) and the env's details."""
+        counts = {"counts": dict(self.counts)} if self.counts else {}
+        return {
+            "correct": self.correct,
+            "answer": self.answer,
+            "metrics": {**self.metrics, **counts},
+            **self.details,
+        }
+
+
 class ChatToolEnv(gym.Env[dict[str, Any], Any]):
-    """The episode state every chat env keeps: the message history, the tools offered and their validator,
-    turn and call counters, and the sandbox it may own. Subclasses add their data and scoring."""
+    """The episode loop every chat env shares; subclasses add their data and override small hooks.
+
+    ``step`` checks the action, appends the assistant message, counts the turn, and then either ends the
+    episode (:meth:`_is_final`; scored by :meth:`_score`; the ending message's calls recorded by
+    :meth:`_final_records`) or runs each call (:meth:`_run_call`, which validates it and executes it with
+    :meth:`_execute`), records it, shows it as a ``tool`` message, and truncates once ``max_turns`` is
+    spent. ``info`` is :meth:`_episode_info` plus the keys every env reports.
+    """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
     tasks: Sequence[Any]
     """The env's tasks, in the order ``reset(options={"index": i})`` counts them; each env sets it."""
+    _NO_SANDBOX = "none (no tools run)"
+    """``info["isolation"]`` when the env runs no tools."""
 
-    def __init__(self, max_turns: int) -> None:
+    def __init__(self, max_turns: int, feedback: str = "detailed", call_timeout: float | None = None) -> None:
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         self.max_turns = max_turns
+        self.feedback = check_feedback_mode(feedback)
+        self._call_timeout = call_timeout
         self.sandbox: Sandbox | None = None
         self._owns_sandbox = False
         self.observation_space = ChatObservationSpace()
@@ -184,19 +227,14 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
             raise HopgymError("this env was closed; make a new one")
         super().reset(seed=seed)
 
-    def _check_can_step(self) -> None:
-        if self._closed:
-            raise HopgymError("this env was closed; make a new one")
-        if self._done:
-            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
-
     def _start_episode(
         self,
         tools: list[dict[str, Any]],
         messages: list[dict[str, Any]],
         classify_with: Sequence[dict[str, Any]] | None = None,
-    ) -> None:
-        """``classify_with``: the tool schemas calls are validated against, when not the offered ones."""
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start the episode and return what ``reset`` returns. ``classify_with``: the tool schemas calls
+        are validated against, when not the offered ones."""
         self._tools = tools
         self._classified_tools = list(tools if classify_with is None else classify_with)
         self._validator = ToolValidator(self._classified_tools)
@@ -204,26 +242,115 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._turns = 0
         self._calls_made = 0
         self._done = False
+        return self._observation(), self._info([])
 
-    def _observation(self) -> dict[str, Any]:
-        # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
-        return {"messages": self._messages[:], "tools": self._tools[:]}
+    # -- the episode loop --------------------------------------------------------------------------
 
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The step's ``info``: :meth:`_progress_info` plus what the env adds."""
-        raise NotImplementedError
+    def step(self, action: Any) -> Step:
+        if self._closed:
+            raise HopgymError("this env was closed; make a new one")
+        if self._done:
+            raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        action = checked_action(action)
+        special = self._special_turn(action)
+        if special is not None:
+            return special
+        message = assistant_message(action)
+        self._messages.append(message)
+        self._turns += 1
+        calls = [
+            call_fields(call, f"call_{self._turns}_{i}")
+            for i, call in enumerate(message.get("tool_calls", []))
+        ]
+        if self._is_final(calls):
+            records = self._final_records(calls)
+            self._calls_made += len(records)
+            self._done = True
+            score = self._score(message)
+            info = self._info(records)
+            info.update(score.info())
+            return self._observation(), score.reward, True, False, info
+        records = []
+        for call in calls:
+            record = self._run_call(call)
+            records.append(record)
+            self._calls_made += 1
+            self._messages.append(self._tool_message(record))
+            if self._run_stopped():
+                self._done = True
+                return self._observation(), 0.0, False, True, self._info(records)
+        return self._turn_ran_tools(records)
 
-    def _turn_ran_tools(
-        self, records: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    def _turn_ran_tools(self, records: list[dict[str, Any]]) -> Step:
         """The step result of a turn whose calls ran: no reward yet, truncated once ``max_turns`` is spent."""
         truncated = self._turns >= self.max_turns
         self._done = truncated
         return self._observation(), 0.0, False, truncated, self._info(records)
 
-    def _progress_info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``info`` keys every env reports after each step."""
-        return {"turn": self._turns, "num_calls": self._calls_made, "calls": records}
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
+        """A turn this env runs its own way (ToolHop's CodeAct actions), else None for the standard turn;
+        an env may also note extra fields of the action here."""
+        return None
+
+    def _is_final(self, calls: Sequence[CallRequest]) -> bool:
+        """Whether the assistant message with these calls ends the episode (by default: no calls)."""
+        return not calls
+
+    def _final_records(self, calls: Sequence[CallRequest]) -> list[dict[str, Any]]:
+        """The records of the ending message's calls, which never run (FamilyTool's); by default none."""
+        return []
+
+    def _score(self, message: Mapping[str, Any]) -> Score:
+        """How the episode that ``message`` ended scored."""
+        raise NotImplementedError
+
+    def _run_call(self, call: CallRequest) -> dict[str, Any]:
+        """Validate one call, execute it (:meth:`_execute`) when valid, and return its record."""
+        call_id, name, raw_arguments = call
+        check = self._validator.check(name, raw_arguments)
+        result = self._execute(name, check.arguments) if check.ok else None
+        return call_record(call_id, name, check, result, self.feedback)
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> CallResult:
+        """Run one validated call: by default in the sandbox, within the env's call deadline."""
+        assert self.sandbox is not None
+        return self.sandbox.call(name, arguments, timeout=self._call_timeout)
+
+    def _tool_message(self, record: Mapping[str, Any]) -> dict[str, Any]:
+        """The chat message that shows a call record to the agent."""
+        return tool_message(record)
+
+    def _run_stopped(self) -> bool:
+        """Whether the call just run ends the episode truncated and unscored (ToolHop's official protocol)."""
+        return False
+
+    # -- observation and info ----------------------------------------------------------------------
+
+    def _observation(self) -> dict[str, Any]:
+        # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
+        return {"messages": self._messages[:], "tools": self._tools[:]}
+
+    def _episode_info(self) -> dict[str, Any]:
+        """The env's own ``info`` keys: ``task_id``, ``hops`` and what it documents."""
+        raise NotImplementedError
+
+    def _tool_choice(self) -> str | None:
+        """What the agent should send as ``tool_choice`` now (None: the env's pipeline sends none)."""
+        return "auto"
+
+    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+        """The ``info`` of every ``reset`` and ``step``: the env's keys, then those every env reports."""
+        return {
+            **self._episode_info(),
+            "feedback": self.feedback,
+            "isolation": self.sandbox.isolation if self.sandbox is not None else self._NO_SANDBOX,
+            "tool_choice": self._tool_choice(),
+            "turn": self._turns,
+            "num_calls": self._calls_made,
+            "calls": records,
+        }
 
     def close(self) -> None:
         if self._owns_sandbox and self.sandbox is not None:

@@ -66,8 +66,7 @@ def tool_use_metrics(
     EM: among calls to the gold tool, the one whose ``json.dumps`` sorts first matches every gold parameter
     (extra parameters and other calls are ignored). Tool Acc: the gold tool is among the calls. Value Acc:
     the share of gold parameters matched by that call, 0 when the tool is missing. ``counts`` holds
-    ``value_matched`` and ``value_total`` (the paper reading averages them over the dataset); they are
-    nested so that run summaries, which average every number of ``metrics``, leave them alone.
+    ``value_matched`` and ``value_total``: integers the paper reading sums over the dataset, not means.
     """
     check_reading(reading)
     candidates = sorted((c for c in calls if c["name"] == gold.name), key=json.dumps)
