@@ -13,10 +13,12 @@ from typing import Any, TypeVar
 import gymnasium as gym
 import numpy as np
 
-from hopgym.envs.feedback import check_feedback_mode, outcome_of, shown_text, validation_text
+from hopgym.envs.calls import CallRecord, CallRequest, call_fields, call_record, tool_message
+from hopgym.envs.feedback import FeedbackMode, check_feedback_mode
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
-from hopgym.envs.validation import CallCheck, ToolValidator, stand_in
+from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ActionError, ConfigError, HopgymError
+from hopgym.messages import ToolMessage
 from hopgym.sandbox.base import CallResult, Sandbox
 
 TaskT = TypeVar("TaskT")
@@ -61,19 +63,6 @@ def assistant_message(action: dict[str, Any] | str) -> dict[str, Any]:
     return message
 
 
-def call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
-    """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
-    if not isinstance(call, Mapping):
-        return fallback_id, None, call
-    function = call["function"] if isinstance(call.get("function"), Mapping) else call
-    call_id = call.get("id")
-    return (
-        (call_id if isinstance(call_id, str) and call_id else fallback_id),
-        function.get("name"),
-        function.get("arguments"),
-    )
-
-
 def select_task(
     tasks: Sequence[TaskT],
     index_of: Mapping[str, int],
@@ -113,43 +102,8 @@ def check_reset_options(options: Any) -> Mapping[str, Any]:
     return options
 
 
-def call_record(
-    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
-) -> dict[str, Any]:
-    """The ``info["calls"]`` record of one call: ``result`` is its sandbox outcome, None if it did not run."""
-    if result is not None:
-        status, detailed = outcome_of(result)
-        errors = [] if status == "ok" else [status]
-        latency_ms, truncated = result.latency_ms, result.truncated
-    else:
-        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
-        latency_ms, truncated = 0.0, False
-    return {
-        "id": call_id,
-        "name": name if name is None or isinstance(name, str) else stand_in(name),
-        "arguments": check.arguments,
-        "status": status,
-        "errors": errors,
-        "feedback": shown_text(status, detailed, feedback),
-        "latency_ms": latency_ms,
-        "truncated": truncated,
-    }
-
-
-def tool_message(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``tool`` chat message that shows a call record's feedback to the agent."""
-    return {
-        "role": "tool",
-        "tool_call_id": record["id"],
-        "name": str(record["name"]),
-        "content": record["feedback"],
-    }
-
-
 Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
 """What ``step`` returns: observation, reward, terminated, truncated, info."""
-CallRequest = tuple[str, Any, Any]
-"""A call of an assistant message as :func:`call_fields` reads it: (id, name, raw arguments)."""
 
 
 @dataclass(frozen=True)
@@ -194,7 +148,9 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
     _NO_SANDBOX = "none (no tools run)"
     """``info["isolation"]`` when the env runs no tools."""
 
-    def __init__(self, max_turns: int, feedback: str = "detailed", call_timeout: float | None = None) -> None:
+    def __init__(
+        self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None
+    ) -> None:
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         self.max_turns = max_turns
@@ -204,10 +160,10 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._owns_sandbox = False
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
-        self._messages: list[dict[str, Any]] = []
-        self._tools: list[dict[str, Any]] = []
+        self._messages: list[Mapping[str, Any]] = []
+        self._tools: list[Mapping[str, Any]] = []
         self._validator = ToolValidator([])
-        self._classified_tools: list[dict[str, Any]] = []
+        self._classified_tools: list[Mapping[str, Any]] = []
         self._turns = 0
         self._calls_made = 0
         self._done = True
@@ -229,16 +185,16 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     def _start_episode(
         self,
-        tools: list[dict[str, Any]],
-        messages: list[dict[str, Any]],
-        classify_with: Sequence[dict[str, Any]] | None = None,
+        tools: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        classify_with: Sequence[Mapping[str, Any]] | None = None,
     ) -> tuple[dict[str, Any], dict[str, Any]]:
         """Start the episode and return what ``reset`` returns. ``classify_with``: the tool schemas calls
         are validated against, when not the offered ones."""
-        self._tools = tools
+        self._tools = list(tools)
         self._classified_tools = list(tools if classify_with is None else classify_with)
         self._validator = ToolValidator(self._classified_tools)
-        self._messages = messages
+        self._messages = list(messages)
         self._turns = 0
         self._calls_made = 0
         self._done = False
@@ -281,7 +237,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
                 return self._observation(), 0.0, False, True, self._info(records)
         return self._turn_ran_tools(records)
 
-    def _turn_ran_tools(self, records: list[dict[str, Any]]) -> Step:
+    def _turn_ran_tools(self, records: list[CallRecord]) -> Step:
         """The step result of a turn whose calls ran: no reward yet, truncated once ``max_turns`` is spent."""
         truncated = self._turns >= self.max_turns
         self._done = truncated
@@ -298,7 +254,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         """Whether the assistant message with these calls ends the episode (by default: no calls)."""
         return not calls
 
-    def _final_records(self, calls: Sequence[CallRequest]) -> list[dict[str, Any]]:
+    def _final_records(self, calls: Sequence[CallRequest]) -> list[CallRecord]:
         """The records of the ending message's calls, which never run (FamilyTool's); by default none."""
         return []
 
@@ -306,7 +262,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         """How the episode that ``message`` ended scored."""
         raise NotImplementedError
 
-    def _run_call(self, call: CallRequest) -> dict[str, Any]:
+    def _run_call(self, call: CallRequest) -> CallRecord:
         """Validate one call, execute it (:meth:`_execute`) when valid, and return its record."""
         call_id, name, raw_arguments = call
         check = self._validator.check(name, raw_arguments)
@@ -318,7 +274,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         assert self.sandbox is not None
         return self.sandbox.call(name, arguments, timeout=self._call_timeout)
 
-    def _tool_message(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _tool_message(self, record: CallRecord) -> ToolMessage:
         """The chat message that shows a call record to the agent."""
         return tool_message(record)
 
@@ -340,7 +296,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         """What the agent should send as ``tool_choice`` now (None: the env's pipeline sends none)."""
         return "auto"
 
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def _info(self, records: list[CallRecord]) -> dict[str, Any]:
         """The ``info`` of every ``reset`` and ``step``: the env's keys, then those every env reports."""
         return {
             **self._episode_info(),

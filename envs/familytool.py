@@ -14,31 +14,37 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
-from hopgym.envs.chat import CallRequest, ChatToolEnv, Score, Step, select_task
-from hopgym.envs.familytool_metrics import (
-    check_reading,
-    extraction_metrics,
-    predicted_calls,
-    tool_use_metrics,
-)
-from hopgym.envs.feedback import validation_text
+from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
+from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
+from hopgym.envs.familytool_metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
+from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult, Sandbox
 from hopgym.tasks.familytool import (
     EXTRA_INFO_MARKER,
     FamilyToolTask,
+    Variant,
     familytool_data_file,
     load_family_kg,
     load_familytool,
 )
-from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
+from hopgym.tasks.kg_extraction import (
+    EXTRACTION_MODES,
+    ExtractionMode,
+    Reading,
+    Retriever,
+    check_reading,
+    extract,
+)
 from hopgym.tasks.kg_tools import generate_kg_tools
 
-KG_MODES = ("gold", "none", "full", "tools")
+KgMode = Literal["gold", "none", "full", "tools"]
+KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
 
 SYSTEM_PROMPT = (
     "You are a personal assistant. Fulfil the user's request by calling exactly one of the provided tools "
@@ -93,29 +99,25 @@ class FamilyToolEnv(ChatToolEnv):
 
     def __init__(
         self,
-        variant: str = "e",
-        kg: str = "gold",
+        variant: Variant = "e",
+        kg: KgMode = "gold",
         data_path: str | os.PathLike[str] | None = None,
         kg_path: str | os.PathLike[str] | None = None,
         sandbox: str | Sandbox = "process",
         sandbox_options: Mapping[str, Any] | None = None,
         max_turns: int = 9,
-        feedback: str = "detailed",
-        reading: str = "official",
-        extraction: str = "greedy",
+        feedback: FeedbackMode = "detailed",
+        reading: Reading = "official",
+        extraction: ExtractionMode = "greedy",
         retriever: Retriever | str | None = None,
         top_k: int = 3,
         call_timeout: float | None = None,
     ) -> None:
-        if kg not in KG_MODES:
-            raise ConfigError(f"kg must be one of {', '.join(KG_MODES)}, got {kg!r}")
-        if extraction not in EXTRACTION_MODES:
-            raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {extraction!r}")
         super().__init__(max_turns, feedback, call_timeout)
         self.variant = variant
-        self.kg_mode = kg
+        self.kg_mode = check_choice("kg", kg, KG_MODES)
         self.reading = check_reading(reading)
-        self.extraction = extraction
+        self.extraction = check_choice("extraction", extraction, EXTRACTION_MODES)
         self.retriever = _load_retriever(retriever)
         self.top_k = top_k
         self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
@@ -174,31 +176,25 @@ class FamilyToolEnv(ChatToolEnv):
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
         return self._runtime is None or not calls or any(name in self._candidates for _, name, _ in calls)
 
-    def _final_records(self, calls: Sequence[CallRequest]) -> list[dict[str, Any]]:
+    def _final_records(self, calls: Sequence[CallRequest]) -> list[CallRecord]:
         """The calls of the final message: validated and recorded, never executed."""
         records = []
         for call_id, name, raw_arguments in calls:
             check = self._validator.check(name, raw_arguments)
-            records.append(
-                {
-                    "id": call_id,
-                    "name": name,
-                    "arguments": check.arguments,
-                    "status": check.status,
-                    "errors": list(check.errors),
-                    "feedback": "" if check.ok else validation_text(check.messages),
-                    "latency_ms": 0.0,
-                    "truncated": False,
-                    "executed": False,
-                }
+            feedback = "" if check.ok else validation_text(check.messages)
+            record = new_call_record(
+                call_id, name, check.arguments, check.status, list(check.errors), feedback
             )
+            record["executed"] = False
+            records.append(record)
         return records
 
-    def _run_call(self, call: CallRequest) -> dict[str, Any]:
+    def _run_call(self, call: CallRequest) -> CallRecord:
         """A KG tool call (kg="tools"), run in the sandbox; anything else is refused by validation."""
         record = super()._run_call(call)
         # A refused call has a validation status; one that ran has its outcome's (docs/contracts.md).
-        return {**record, "executed": record["status"] not in STATUS_ORDER}
+        record["executed"] = record["status"] not in STATUS_ORDER
+        return record
 
     def _execute(self, name: str, arguments: dict[str, Any]) -> CallResult:
         assert self._runtime is not None

@@ -17,20 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.envs.validation import parse_arguments
-from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import FamilyToolTask, GoldCall
+from hopgym.tasks.kg_extraction import BAD_EXTRACT, check_reading
 from hopgym.tasks.kg_io import Triple
 
-READINGS = ("official", "paper")
-BAD_EXTRACT = "<bad_extract>"
 TOOL_KEYS = ("tool_em", "tool_acc", "value_acc")
 KG_KEYS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage", "kg_format_error")
-
-
-def check_reading(reading: str) -> str:
-    if reading not in READINGS:
-        raise ConfigError(f"metrics reading must be one of {', '.join(READINGS)}, got {reading!r}")
-    return reading
 
 
 # -- tool use -------------------------------------------------------------------------------------------

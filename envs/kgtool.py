@@ -21,11 +21,20 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.envs.chat import ChatToolEnv, Score, select_task
+from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.errors import ConfigError, SandboxError
+from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
+from hopgym.tasks.kg2tool import (
+    KG_NAMES,
+    KGName,
+    load_kg_source,
+    offered_tool_names,
+    parse_patterns,
+    sample_tasks,
+)
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
@@ -59,21 +68,20 @@ class KGToolEnv(ChatToolEnv):
 
     def __init__(
         self,
-        kg: str = "fb15k-237",
+        kg: KGName = "fb15k-237",
         data_path: str | os.PathLike[str] | None = None,
         patterns: str | Sequence[str] = "all",
         n: int = 20,
         seed: int = 0,
         n_distractors: int = 10,
-        feedback: str = "detailed",
+        feedback: FeedbackMode = "detailed",
         sandbox: str | Sandbox = "process",
         max_turns: int = 9,
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         kg_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        if kg not in KG_NAMES:
-            raise ConfigError(f"unknown kg {kg!r}; valid: {', '.join(KG_NAMES)}")
+        check_choice("kg", kg, KG_NAMES)
         if not isinstance(n_distractors, int) or n_distractors < 0:
             raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
         super().__init__(max_turns, feedback, call_timeout)

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal, get_args
 
-from hopgym.envs.chat import CallRequest, ChatToolEnv, Score, Step, select_task
+from hopgym.envs.calls import CallRecord, CallRequest
+from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
 from hopgym.envs.codeact import code_of, run_code
+from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop_official import (
@@ -16,14 +18,17 @@ from hopgym.envs.toolhop_official import (
     OfficialExecutor,
     official_call_record,
 )
-from hopgym.errors import ConfigError
+from hopgym.messages import ToolMessage
+from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
 from hopgym.tasks.toolhop_official import official_prompt_templates
 
-PROTOCOLS = ("official", "hopgym")
+Scenario = Literal["direct", "mandatory", "free"]
+ToolHopProtocol = Literal["official", "hopgym"]
+PROTOCOLS: tuple[ToolHopProtocol, ...] = get_args(ToolHopProtocol)
 
 
 class ToolHopEnv(ChatToolEnv):
@@ -43,21 +48,17 @@ class ToolHopEnv(ChatToolEnv):
     def __init__(
         self,
         data_path: str | os.PathLike[str] | None = None,
-        scenario: str = "mandatory",
-        feedback: str = "detailed",
+        scenario: Scenario = "mandatory",
+        feedback: FeedbackMode = "detailed",
         sandbox: str | Sandbox = "process",
         max_turns: int = 9,
         scorer: str = "official",
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = None,
-        protocol: str = "official",
+        protocol: ToolHopProtocol = "official",
     ) -> None:
-        if scenario not in SCENARIOS:
-            raise ConfigError(f"unknown scenario {scenario!r}; valid scenarios: {list(SCENARIOS)}")
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {protocol!r}; valid protocols: {list(PROTOCOLS)}")
-        self.scenario = scenario
-        self.protocol = protocol
+        self.scenario = check_choice("scenario", scenario, SCENARIOS)
+        self.protocol = check_choice("protocol", protocol, PROTOCOLS)
         self._official = protocol == "official"
         self._prompts = official_prompt_templates() if self._official else None
         if call_timeout is None and self._official:
@@ -91,6 +92,7 @@ class ToolHopEnv(ChatToolEnv):
             loaded = self._load_tools(task)
             undefined = [name for name in task.tool_names if name not in loaded.functions]
             self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
+        offered: list[Mapping[str, Any]]
         if self._official:
             assert self._prompts is not None
             offered = [{"type": "function", "function": dict(document)} for document in task.documents]
@@ -146,7 +148,7 @@ class ToolHopEnv(ChatToolEnv):
         correct = episode_correct(self._scorer, self._official, self._task.answer, self._messages)
         return Score(float(correct), correct, self._task.answer)
 
-    def _run_call(self, call: CallRequest) -> dict[str, Any]:
+    def _run_call(self, call: CallRequest) -> CallRecord:
         """The official protocol runs every call in order, as the official script does; a call on which
         it would stop (a timeout, ``SystemExit`` ...) ends the episode unscored, as the official run loses
         that sample (:meth:`_run_stopped`)."""
@@ -159,7 +161,7 @@ class ToolHopEnv(ChatToolEnv):
         self._stopped = outcome.stops_run
         return official_call_record(call_id, name, check, outcome, self.feedback)
 
-    def _tool_message(self, record: Mapping[str, Any]) -> dict[str, Any]:
+    def _tool_message(self, record: CallRecord) -> ToolMessage:
         if not self._official:
             return super()._tool_message(record)
         return {"role": "tool", "content": record["feedback"], "tool_call_id": record["id"]}
