@@ -1,4 +1,4 @@
-"""The chat data every layer passes around, typed: OpenAI tool calls, tool schemas and messages.
+"""The chat data every layer passes around, typed: OpenAI tool calls, tool schemas and tool messages.
 
 They are ``TypedDict``s, so the values stay the plain JSON dicts users, model servers and run folders
 rely on; type checkers see their keys. Tool calls and schemas are built here only (:func:`tool_call`,
@@ -34,13 +34,6 @@ class FunctionSchema(TypedDict):
 class ToolSchema(TypedDict):
     type: Literal["function"]
     function: FunctionSchema
-
-
-class AssistantMessage(TypedDict):
-    role: Literal["assistant"]
-    content: str | None
-    tool_calls: NotRequired[list[ToolCall]]
-    reasoning_content: NotRequired[str]
 
 
 class ToolMessage(TypedDict):
