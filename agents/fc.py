@@ -8,7 +8,7 @@ from typing import Any
 from hopgym.agents.base import Action, Agent, Observation
 from hopgym.agents.model import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
-from hopgym.errors import ConfigError
+from hopgym.options import check_choice
 
 TOOL_CHOICES = ("auto", "required", "none")
 
@@ -27,9 +27,9 @@ class FunctionCallingAgent(Agent):
 
     def __init__(self, client: ModelClient, tool_choice: str | None = None) -> None:
         super().__init__(client)
-        if tool_choice is not None and tool_choice not in TOOL_CHOICES:
-            raise ConfigError(f"tool_choice must be one of {', '.join(TOOL_CHOICES)}, got {tool_choice!r}")
-        self.tool_choice = tool_choice
+        self.tool_choice = (
+            None if tool_choice is None else check_choice("tool_choice", tool_choice, TOOL_CHOICES)
+        )
         self._tool_result_seen = False
 
     async def act(self, observation: Observation, info: Mapping[str, Any]) -> Action:

@@ -12,11 +12,11 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping
-from itertools import count
 from typing import Any
 
+from hopgym.messages import ToolCall, tool_call
+
 _TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
-_call_ids = count()
 
 
 def reply_text(message: Mapping[str, Any]) -> str:
@@ -26,7 +26,7 @@ def reply_text(message: Mapping[str, Any]) -> str:
     return f"<think>{reasoning}</think>{content}" if reasoning else content
 
 
-def parse_hermes_tool_calls(text: str) -> list[dict[str, Any]]:
+def parse_hermes_tool_calls(text: str) -> list[ToolCall]:
     """OpenAI-form tool calls from ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>`` blocks;
     ``[]`` when there is none or when any block is malformed (all or nothing, as the official parser)."""
     if "<tool_call>" not in (text or ""):
@@ -39,14 +39,6 @@ def parse_hermes_tool_calls(text: str) -> list[dict[str, Any]]:
             return []
         if not (isinstance(value, dict) and isinstance(value.get("name"), str) and "arguments" in value):
             return []
-        calls.append(
-            {
-                "id": f"kgetool_call_{next(_call_ids)}",
-                "type": "function",
-                "function": {
-                    "name": value["name"],
-                    "arguments": json.dumps(value["arguments"], ensure_ascii=False),
-                },
-            }
-        )
+        arguments = json.dumps(value["arguments"], ensure_ascii=False)
+        calls.append(tool_call(value["name"], arguments, prefix="kgetool_call"))
     return calls

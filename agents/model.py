@@ -9,7 +9,6 @@ it balances requests over them and leaves a failing one out for a while (:class:
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import random
 import time
@@ -18,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from hopgym.errors import ConfigError, ModelError
+from hopgym.messages import ToolCall, tool_call
 
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -114,12 +114,12 @@ def prepare_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, An
     return prepared
 
 
-def _prepare_tool_call(call: Mapping[str, Any]) -> dict[str, Any]:
-    function = dict(call.get("function") or {})
+def _prepare_tool_call(call: Mapping[str, Any]) -> ToolCall:
+    function = call.get("function") or {}
     arguments = function.get("arguments")
-    if not isinstance(arguments, str):
-        function["arguments"] = json.dumps(arguments if arguments is not None else {})
-    return {"id": call.get("id", ""), "type": "function", "function": function}
+    return tool_call(
+        str(function.get("name", "")), {} if arguments is None else arguments, call.get("id", "")
+    )
 
 
 def _message_from_response(response: Any) -> tuple[dict[str, Any], str | None]:
@@ -131,12 +131,7 @@ def _message_from_response(response: Any) -> tuple[dict[str, Any], str | None]:
         message["reasoning_content"] = reasoning
     if raw.tool_calls:
         message["tool_calls"] = [
-            {
-                "id": call.id,
-                "type": "function",
-                "function": {"name": call.function.name, "arguments": call.function.arguments},
-            }
-            for call in raw.tool_calls
+            tool_call(call.function.name, call.function.arguments or "", call.id) for call in raw.tool_calls
         ]
     return message, choice.finish_reason
 

@@ -17,6 +17,7 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from hopgym.agents.records import EpisodeRecord
 from hopgym.agents.runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.errors import ClusterError, ConfigError, one_line
 
@@ -63,7 +64,7 @@ class EpisodeActor:
         self._runner = runner
         return self._node
 
-    async def episode(self, index: int, task_id: str, sample: int) -> dict[str, Any]:
+    async def episode(self, index: int, task_id: str, sample: int) -> EpisodeRecord:
         if self._runner is None:
             raise RuntimeError("EpisodeActor.start() must come before episodes")
         this = asyncio.current_task()
@@ -73,7 +74,8 @@ class EpisodeActor:
             record = await self._runner.episode(index, task_id, sample)
         finally:
             self._episodes.discard(this)
-        return {**record, "node": self._node}
+        record["node"] = self._node
+        return record
 
     async def close(self) -> None:
         """End the run here: cancel the episodes still running (the driver stopped or crashed; their
@@ -130,7 +132,7 @@ class RayExecutor:
                 live.append(actor)
         return live
 
-    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]:
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]:
         size = min(self.config.concurrency, len(pending))
         queue = deque(pending)
         live = await self._start(size)

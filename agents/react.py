@@ -11,13 +11,13 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from itertools import count
 from typing import Any
 
 from hopgym.agents.base import Action, Agent, Observation, describe_tools, with_system_prompt
 from hopgym.agents.model import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
 from hopgym.errors import ConfigError
+from hopgym.messages import tool_call
 
 PROMPT = """Answer the question step by step. You can use these tools:
 
@@ -40,7 +40,6 @@ FORMAT_REMINDER = (
 
 _ACTION = re.compile(r"Action\s*:\s*(?P<name>[^\n]*?)\s*\n+\s*Action\s*Input\s*:\s*(?P<input>.*)", re.DOTALL)
 _FINAL = re.compile(r"Final\s*Answer\s*:\s*(?P<answer>.*)", re.DOTALL)
-_call_ids = count()
 
 
 def parse_react(text: str) -> tuple[str, Any] | None:
@@ -125,14 +124,10 @@ class ReActAgent(Agent):
             if kind == "final":
                 return value
             name, arguments = value
-            call = {
-                "id": f"react_{next(_call_ids)}",
-                "type": "function",
-                "function": {
-                    "name": name,
-                    "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                },
+            return {
+                "role": "assistant",
+                "content": text,
+                "tool_calls": [tool_call(name, arguments, prefix="react")],
             }
-            return {"role": "assistant", "content": text, "tool_calls": [call]}
         self.stats.gave_up_parsing = True
         return text

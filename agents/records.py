@@ -10,11 +10,42 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NotRequired, TypedDict
 
 from hopgym.errors import ConfigError, DataError
 
 EPISODES_FILE = "episodes.jsonl"
+
+
+class EpisodeRecord(TypedDict):
+    """One line of ``episodes.jsonl`` (docs/contracts.md "CLI and outputs"), made by the runner only."""
+
+    task_id: str
+    index: int
+    sample: int
+    seed: int
+    reward: float
+    correct: bool
+    terminated: bool
+    truncated: bool
+    turns: int
+    calls: list[dict[str, Any]]
+    """The env's call records of every step."""
+    parallel_turns: int
+    final_answer: Any
+    gold_answer: Any
+    hops: Any
+    isolation: str | None
+    protocol: str | None
+    metrics: dict[str, Any] | None
+    """The terminal ``info["metrics"]``; None when the episode did not end."""
+    agent: dict[str, Any] | None
+    latency_ms: float
+    error: str | None
+    """Why the episode could not finish, as ``Class: message``, else None."""
+    messages: list[Any]
+    node: NotRequired[str]
+    """The Ray node that ran the episode (``--executor ray``)."""
 
 
 def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:

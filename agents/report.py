@@ -22,9 +22,9 @@ from hopgym.agents.runner import RUN_FILE
 from hopgym.agents.stats import mean_interval, per_task_means
 from hopgym.agents.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.envs.ablation import feedback_flips
+from hopgym.envs.env_options import env_creator
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
-from hopgym.options import env_creator
 
 REPORT_FILE = "report.md"
 Series = dict[str, list[float | None]]

@@ -20,6 +20,7 @@ from hopgym.agents.runner import RUN_FILE, write_summary_files
 from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop import PROTOCOLS
 from hopgym.errors import ConfigError, DataError
+from hopgym.options import check_choice
 
 RESCORABLE_ENVS = ("ToolHop-v0",)
 
@@ -60,8 +61,7 @@ def rescore_run(
     scorer = scorer or env_kwargs.get("scorer") or "official"
     get_scorer(scorer)  # an unknown name fails here, naming the valid ones
     protocol = protocol or env_kwargs.get("protocol") or "official"
-    if protocol not in PROTOCOLS:
-        raise ConfigError(f"unknown protocol {protocol!r}; valid protocols: {list(PROTOCOLS)}")
+    check_choice("protocol", protocol, PROTOCOLS)
     if out.exists():
         raise ConfigError(f"{out} already exists; rescore writes a new run folder, pick another --out")
     records = [rescored_record(r, scorer, protocol) for r in read_episodes(folder / EPISODES_FILE)]

@@ -36,12 +36,18 @@ import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
 from hopgym.agents.model import ModelClient, ModelConfig
 from hopgym.agents.provenance import finish_provenance, start_provenance
-from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, check_resumable, read_episodes
+from hopgym.agents.records import (
+    EPISODES_FILE,
+    EpisodeRecord,
+    EpisodeWriter,
+    check_resumable,
+    read_episodes,
+)
 from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.envs.chat import chat_env
+from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
-from hopgym.options import check_env_options
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
@@ -246,7 +252,7 @@ class EpisodeRunner:
         """Stop the env threads (waiting for those still running)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
 
-    async def episode(self, index: int, task_id: str, sample: int) -> dict[str, Any]:
+    async def episode(self, index: int, task_id: str, sample: int) -> EpisodeRecord:
         """Run one episode to its end and return its record; any exception ends only this episode,
         recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
         if self._pool is None:
@@ -319,7 +325,7 @@ Episode = tuple[int, str, int]
 class Executor(Protocol):
     """Runs the pending episodes somewhere and yields each finished record once, in finishing order."""
 
-    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]: ...
+    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]: ...
 
 
 class LocalExecutor:
@@ -329,9 +335,9 @@ class LocalExecutor:
         self._runner = runner
         self._first_env = first_env
 
-    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[dict[str, Any], None]:
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]:
         runner = self._runner
-        episodes: list[asyncio.Future[dict[str, Any]]] = []
+        episodes: list[asyncio.Future[EpisodeRecord]] = []
         try:
             await runner.start(min(runner.config.concurrency, len(pending)), self._first_env)
             episodes = [asyncio.ensure_future(runner.episode(*episode)) for episode in pending]

@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from hopgym.errors import ConfigError
+from hopgym.messages import tool_call as openai_tool_call
 
 
 @dataclass(frozen=True)
@@ -150,14 +151,7 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
         message: dict[str, Any] = {"role": "assistant", "content": reply.content}
         if reply.tool_calls:
             message["tool_calls"] = [
-                {
-                    "id": f"call_{number}_{index}",
-                    "type": "function",
-                    "function": {
-                        "name": name,
-                        "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-                    },
-                }
+                openai_tool_call(name, arguments, f"call_{number}_{index}")
                 for index, (name, arguments) in enumerate(reply.tool_calls)
             ]
         return {

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import json
 import re
-from itertools import count
 from typing import Any
+
+from hopgym.messages import ToolCall, tool_call
 
 _TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
 _CODE_FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
-_call_ids = count()
 
 
 def _json_values(text: str) -> list[Any]:
@@ -36,7 +36,7 @@ def _json_values(text: str) -> list[Any]:
         position = end
 
 
-def _as_call(value: Any) -> dict[str, Any] | None:
+def _as_call(value: Any) -> ToolCall | None:
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):
@@ -44,18 +44,10 @@ def _as_call(value: Any) -> dict[str, Any] | None:
     name = value.get("name")
     if not isinstance(name, str) or not name:
         return None
-    arguments = value.get("arguments", value.get("parameters", {}))
-    return {
-        "id": f"text_call_{next(_call_ids)}",
-        "type": "function",
-        "function": {
-            "name": name,
-            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
-        },
-    }
+    return tool_call(name, value.get("arguments", value.get("parameters", {})), prefix="text_call")
 
 
-def parse_text_tool_calls(content: str) -> list[dict[str, Any]]:
+def parse_text_tool_calls(content: str) -> list[ToolCall]:
     """OpenAI-form tool calls written as JSON in ``content``; ``[]`` when there are none."""
     if not content:
         return []

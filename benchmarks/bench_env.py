@@ -19,6 +19,7 @@ from typing import Any
 
 from hopgym.commands.demo import schema_arguments
 from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.tasks.model import Task
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
@@ -30,8 +31,9 @@ def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def warm_round_trip(env: ToolHopEnv, calls: int) -> dict[str, float]:
-    """Median wall time of ``env.step`` with one valid call, and the sandbox's own latency for it."""
+def warm_step_latencies(env: ToolHopEnv, calls: int) -> tuple[Task, list[float], list[float]]:
+    """(the task, each ``env.step`` in ms, the sandbox's own latency of each) for ``calls`` steps of one
+    valid call of a task's last gold tool, after 20 untimed ones."""
     task = next(t for t in env.tasks if t.gold_calls)
     env.reset(options={"task_id": task.id})
     gold = task.gold_calls[-1]
@@ -44,9 +46,15 @@ def warm_round_trip(env: ToolHopEnv, calls: int) -> dict[str, float]:
         _, _, _, _, info = env.step(action)
         step_ms.append((time.perf_counter() - started) * 1000)
         sandbox_ms.append(info["calls"][0]["latency_ms"])
+    return task, step_ms, sandbox_ms
+
+
+def warm_round_trip(env: ToolHopEnv, calls: int) -> dict[str, Any]:
+    """Median wall time of ``env.step`` with one valid call, and the sandbox's own latency for it."""
+    task, step_ms, sandbox_ms = warm_step_latencies(env, calls)
     return {
         "task_id": task.id,
-        "tool": gold.name,
+        "tool": task.gold_calls[-1].name,
         "calls": calls,
         "env_step_median_ms": statistics.median(step_ms),
         "env_step_p90_ms": statistics.quantiles(step_ms, n=10)[-1],

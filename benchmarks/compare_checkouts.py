@@ -12,6 +12,8 @@ Figures, all through the process sandbox with default options (``spares=1``):
   killed, the spare handed over and loaded (the episode's first call is possible when it returns).
 - ``reset``: ``ToolHopEnv.reset`` over the real subset once the spare is ready (reset -> first call
   possible), and ``reset_back_to_back`` with no pause, where a worker's start bounds the rate.
+- ``env_step``: ``ToolHopEnv.step`` with one valid call after warm-up (``bench_env.warm_step_latencies``,
+  the figure ``bench_env.py`` reports as ``env_step_median_ms``): the env's own work plus a warm call.
 
 Each checkout needs its own ``.venv`` with the checkout installed (``pip install -e``): the child process
 runs ``CHECKOUT/.venv/bin/python`` and prints which ``hopgym`` it imported.
@@ -34,11 +36,13 @@ from typing import Any
 from _timing import TOOL, report, warm_call_latencies
 
 HERE = Path(__file__).resolve().parent
-FIGURES = ("warm_call", "sandbox_load", "reset", "reset_back_to_back")
+FIGURES = ("warm_call", "sandbox_load", "reset", "reset_back_to_back", "env_step")
 
 
 def child(calls: int, resets: int) -> dict[str, Any]:
     """Every figure's samples in ms, measured in this process with whatever ``hopgym`` it imports."""
+
+    from bench_env import warm_step_latencies
 
     import hopgym
     from hopgym.envs.toolhop import ToolHopEnv
@@ -64,6 +68,7 @@ def child(calls: int, resets: int) -> dict[str, Any]:
                 started = time.perf_counter()
                 env.reset(options={"index": index % len(env.tasks)})
                 samples[name].append((time.perf_counter() - started) * 1000)
+        samples["env_step"] = warm_step_latencies(env, calls)[1]
     finally:
         env.close()
     return samples

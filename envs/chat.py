@@ -7,15 +7,18 @@ becomes validated, executed and recorded calls; those steps live here once.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import gymnasium as gym
 import numpy as np
 
-from hopgym.envs.feedback import outcome_of, shown_text, validation_text
+from hopgym.envs.calls import CallRecord, CallRequest, call_fields, call_record, tool_message
+from hopgym.envs.feedback import FeedbackMode, check_feedback_mode
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
-from hopgym.envs.validation import CallCheck, ToolValidator, stand_in
+from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ActionError, ConfigError, HopgymError
+from hopgym.messages import ToolMessage
 from hopgym.sandbox.base import CallResult, Sandbox
 
 TaskT = TypeVar("TaskT")
@@ -60,19 +63,6 @@ def assistant_message(action: dict[str, Any] | str) -> dict[str, Any]:
     return message
 
 
-def call_fields(call: Any, fallback_id: str) -> tuple[str, Any, Any]:
-    """(id, name, raw arguments) of an OpenAI tool call, or of a flat ``{"name", "arguments"}`` dict."""
-    if not isinstance(call, Mapping):
-        return fallback_id, None, call
-    function = call["function"] if isinstance(call.get("function"), Mapping) else call
-    call_id = call.get("id")
-    return (
-        (call_id if isinstance(call_id, str) and call_id else fallback_id),
-        function.get("name"),
-        function.get("arguments"),
-    )
-
-
 def select_task(
     tasks: Sequence[TaskT],
     index_of: Mapping[str, int],
@@ -112,59 +102,68 @@ def check_reset_options(options: Any) -> Mapping[str, Any]:
     return options
 
 
-def call_record(
-    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
-) -> dict[str, Any]:
-    """The ``info["calls"]`` record of one call: ``result`` is its sandbox outcome, None if it did not run."""
-    if result is not None:
-        status, detailed = outcome_of(result)
-        errors = [] if status == "ok" else [status]
-        latency_ms, truncated = result.latency_ms, result.truncated
-    else:
-        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
-        latency_ms, truncated = 0.0, False
-    return {
-        "id": call_id,
-        "name": name if name is None or isinstance(name, str) else stand_in(name),
-        "arguments": check.arguments,
-        "status": status,
-        "errors": errors,
-        "feedback": shown_text(status, detailed, feedback),
-        "latency_ms": latency_ms,
-        "truncated": truncated,
-    }
+Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+"""What ``step`` returns: observation, reward, terminated, truncated, info."""
 
 
-def tool_message(record: Mapping[str, Any]) -> dict[str, Any]:
-    """The ``tool`` chat message that shows a call record's feedback to the agent."""
-    return {
-        "role": "tool",
-        "tool_call_id": record["id"],
-        "name": str(record["name"]),
-        "content": record["feedback"],
-    }
+@dataclass(frozen=True)
+class Score:
+    """How an ended episode scored, in every env: the reward, whether the answer was correct, the gold
+    answer, the env's per-episode ``metrics`` (fractions; ``None`` = not applicable), which run summaries
+    average, and integer ``counts``, which dataset readings sum instead (FamilyTool's paper reading).
+    ``details`` are further terminal ``info`` keys an env documents (KGTool's ``precision`` ...)."""
+
+    reward: float
+    correct: bool
+    answer: Any
+    metrics: Mapping[str, float | None] = field(default_factory=dict)
+    counts: Mapping[str, int] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def info(self) -> dict[str, Any]:
+        """The terminal ``info`` keys of every env: ``correct``, ``answer``, ``metrics`` (``{}`` when the
+        env has none; the counts, if any, under ``metrics["counts"]``) and the env's details."""
+        counts = {"counts": dict(self.counts)} if self.counts else {}
+        return {
+            "correct": self.correct,
+            "answer": self.answer,
+            "metrics": {**self.metrics, **counts},
+            **self.details,
+        }
 
 
 class ChatToolEnv(gym.Env[dict[str, Any], Any]):
-    """The episode state every chat env keeps: the message history, the tools offered and their validator,
-    turn and call counters, and the sandbox it may own. Subclasses add their data and scoring."""
+    """The episode loop every chat env shares; subclasses add their data and override small hooks.
+
+    ``step`` checks the action, appends the assistant message, counts the turn, and then either ends the
+    episode (:meth:`_is_final`; scored by :meth:`_score`; the ending message's calls recorded by
+    :meth:`_final_records`) or runs each call (:meth:`_run_call`, which validates it and executes it with
+    :meth:`_execute`), records it, shows it as a ``tool`` message, and truncates once ``max_turns`` is
+    spent. ``info`` is :meth:`_episode_info` plus the keys every env reports.
+    """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
     tasks: Sequence[Any]
     """The env's tasks, in the order ``reset(options={"index": i})`` counts them; each env sets it."""
+    _NO_SANDBOX = "none (no tools run)"
+    """``info["isolation"]`` when the env runs no tools."""
 
-    def __init__(self, max_turns: int) -> None:
+    def __init__(
+        self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None
+    ) -> None:
         if not isinstance(max_turns, int) or max_turns < 1:
             raise ConfigError(f"max_turns must be a positive integer, got {max_turns!r}")
         self.max_turns = max_turns
+        self.feedback = check_feedback_mode(feedback)
+        self._call_timeout = call_timeout
         self.sandbox: Sandbox | None = None
         self._owns_sandbox = False
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
-        self._messages: list[dict[str, Any]] = []
-        self._tools: list[dict[str, Any]] = []
+        self._messages: list[Mapping[str, Any]] = []
+        self._tools: list[Mapping[str, Any]] = []
         self._validator = ToolValidator([])
-        self._classified_tools: list[dict[str, Any]] = []
+        self._classified_tools: list[Mapping[str, Any]] = []
         self._turns = 0
         self._calls_made = 0
         self._done = True
@@ -184,46 +183,130 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
             raise HopgymError("this env was closed; make a new one")
         super().reset(seed=seed)
 
-    def _check_can_step(self) -> None:
+    def _start_episode(
+        self,
+        tools: Sequence[Mapping[str, Any]],
+        messages: Sequence[Mapping[str, Any]],
+        classify_with: Sequence[Mapping[str, Any]] | None = None,
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start the episode and return what ``reset`` returns. ``classify_with``: the tool schemas calls
+        are validated against, when not the offered ones."""
+        self._tools = list(tools)
+        self._classified_tools = list(tools if classify_with is None else classify_with)
+        self._validator = ToolValidator(self._classified_tools)
+        self._messages = list(messages)
+        self._turns = 0
+        self._calls_made = 0
+        self._done = False
+        return self._observation(), self._info([])
+
+    # -- the episode loop --------------------------------------------------------------------------
+
+    def step(self, action: Any) -> Step:
         if self._closed:
             raise HopgymError("this env was closed; make a new one")
         if self._done:
             raise HopgymError("step() called before reset() or after the episode ended; call reset()")
+        action = checked_action(action)
+        special = self._special_turn(action)
+        if special is not None:
+            return special
+        message = assistant_message(action)
+        self._messages.append(message)
+        self._turns += 1
+        calls = [
+            call_fields(call, f"call_{self._turns}_{i}")
+            for i, call in enumerate(message.get("tool_calls", []))
+        ]
+        if self._is_final(calls):
+            records = self._final_records(calls)
+            self._calls_made += len(records)
+            self._done = True
+            score = self._score(message)
+            info = self._info(records)
+            info.update(score.info())
+            return self._observation(), score.reward, True, False, info
+        records = []
+        for call in calls:
+            record = self._run_call(call)
+            records.append(record)
+            self._calls_made += 1
+            self._messages.append(self._tool_message(record))
+            if self._run_stopped():
+                self._done = True
+                return self._observation(), 0.0, False, True, self._info(records)
+        return self._turn_ran_tools(records)
 
-    def _start_episode(
-        self,
-        tools: list[dict[str, Any]],
-        messages: list[dict[str, Any]],
-        classify_with: Sequence[dict[str, Any]] | None = None,
-    ) -> None:
-        """``classify_with``: the tool schemas calls are validated against, when not the offered ones."""
-        self._tools = tools
-        self._classified_tools = list(tools if classify_with is None else classify_with)
-        self._validator = ToolValidator(self._classified_tools)
-        self._messages = messages
-        self._turns = 0
-        self._calls_made = 0
-        self._done = False
-
-    def _observation(self) -> dict[str, Any]:
-        # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
-        return {"messages": self._messages[:], "tools": self._tools[:]}
-
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The step's ``info``: :meth:`_progress_info` plus what the env adds."""
-        raise NotImplementedError
-
-    def _turn_ran_tools(
-        self, records: list[dict[str, Any]]
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    def _turn_ran_tools(self, records: list[CallRecord]) -> Step:
         """The step result of a turn whose calls ran: no reward yet, truncated once ``max_turns`` is spent."""
         truncated = self._turns >= self.max_turns
         self._done = truncated
         return self._observation(), 0.0, False, truncated, self._info(records)
 
-    def _progress_info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        """The ``info`` keys every env reports after each step."""
-        return {"turn": self._turns, "num_calls": self._calls_made, "calls": records}
+    # -- hooks -------------------------------------------------------------------------------------
+
+    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
+        """A turn this env runs its own way (ToolHop's CodeAct actions), else None for the standard turn;
+        an env may also note extra fields of the action here."""
+        return None
+
+    def _is_final(self, calls: Sequence[CallRequest]) -> bool:
+        """Whether the assistant message with these calls ends the episode (by default: no calls)."""
+        return not calls
+
+    def _final_records(self, calls: Sequence[CallRequest]) -> list[CallRecord]:
+        """The records of the ending message's calls, which never run (FamilyTool's); by default none."""
+        return []
+
+    def _score(self, message: Mapping[str, Any]) -> Score:
+        """How the episode that ``message`` ended scored."""
+        raise NotImplementedError
+
+    def _run_call(self, call: CallRequest) -> CallRecord:
+        """Validate one call, execute it (:meth:`_execute`) when valid, and return its record."""
+        call_id, name, raw_arguments = call
+        check = self._validator.check(name, raw_arguments)
+        result = self._execute(name, check.arguments) if check.ok else None
+        return call_record(call_id, name, check, result, self.feedback)
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> CallResult:
+        """Run one validated call: by default in the sandbox, within the env's call deadline."""
+        assert self.sandbox is not None
+        return self.sandbox.call(name, arguments, timeout=self._call_timeout)
+
+    def _tool_message(self, record: CallRecord) -> ToolMessage:
+        """The chat message that shows a call record to the agent."""
+        return tool_message(record)
+
+    def _run_stopped(self) -> bool:
+        """Whether the call just run ends the episode truncated and unscored (ToolHop's official protocol)."""
+        return False
+
+    # -- observation and info ----------------------------------------------------------------------
+
+    def _observation(self) -> dict[str, Any]:
+        # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
+        return {"messages": self._messages[:], "tools": self._tools[:]}
+
+    def _episode_info(self) -> dict[str, Any]:
+        """The env's own ``info`` keys: ``task_id``, ``hops`` and what it documents."""
+        raise NotImplementedError
+
+    def _tool_choice(self) -> str | None:
+        """What the agent should send as ``tool_choice`` now (None: the env's pipeline sends none)."""
+        return "auto"
+
+    def _info(self, records: list[CallRecord]) -> dict[str, Any]:
+        """The ``info`` of every ``reset`` and ``step``: the env's keys, then those every env reports."""
+        return {
+            **self._episode_info(),
+            "feedback": self.feedback,
+            "isolation": self.sandbox.isolation if self.sandbox is not None else self._NO_SANDBOX,
+            "tool_choice": self._tool_choice(),
+            "turn": self._turns,
+            "num_calls": self._calls_made,
+            "calls": records,
+        }
 
     def close(self) -> None:
         if self._owns_sandbox and self.sandbox is not None:

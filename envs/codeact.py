@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.envs.chat import call_record
+from hopgym.envs.calls import CallRecord, call_record
 from hopgym.envs.feedback import MINIMAL_HINT, render_value, shown_text, validation_text
 from hopgym.envs.validation import CallCheck, ToolValidator
 from hopgym.sandbox.base import CALL_STATUSES, CallResult, Sandbox
@@ -24,7 +24,7 @@ def code_of(action: Any) -> str | None:
     return code if isinstance(code, str) and code.strip() else None
 
 
-def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str) -> dict[str, Any]:
+def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str) -> CallRecord:
     result = None
     if check.ok:
         status = call.get("status")
@@ -33,7 +33,9 @@ def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str)
             value=call.get("value"),
             error=call.get("error"),
         )
-    return {**call_record(call_id, call.get("name"), check, result, feedback), "via": "code"}
+    record = call_record(call_id, call.get("name"), check, result, feedback)
+    record["via"] = "code"
+    return record
 
 
 def observation_text(result: CallResult, feedback: str) -> str:
@@ -53,7 +55,7 @@ def run_code(
     feedback: str,
     id_prefix: str,
     timeout: float | None = None,
-) -> tuple[list[dict[str, Any]], str]:
+) -> tuple[list[CallRecord], str]:
     """(one record per tool call made by the code, the observation text)."""
     checks: list[CallCheck] = []
 

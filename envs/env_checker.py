@@ -18,7 +18,7 @@ from hopgym.errors import ConfigError, ContractError, HopgymError
 
 INFO_KEYS = ("task_id", "hops", "feedback", "isolation", "tool_choice", "turn", "num_calls", "calls")
 """Keys every ``reset`` and ``step`` info holds."""
-TERMINAL_INFO_KEYS = ("correct", "answer")
+TERMINAL_INFO_KEYS = ("correct", "answer", "metrics")
 RECORDED_INFO_KEYS = ("task_id", "hops", "isolation", "calls", "correct", "answer", "metrics")
 """Info keys that reach episode records (episodes.jsonl), so they must be JSON data."""
 CALL_RECORD_KEYS = ("id", "name", "arguments", "status", "errors", "feedback", "latency_ms", "truncated")
@@ -136,6 +136,13 @@ def check_step(
         missing = [key for key in TERMINAL_INFO_KEYS if key not in info]
         _require(not missing, "terminal info keys", f"missing {missing}")
         _require(isinstance(info["correct"], bool), "terminal info keys", "correct must be a bool")
+        metrics = info["metrics"]
+        _require(isinstance(metrics, Mapping), "terminal info keys", "metrics must be a dict ({} if none)")
+        _require(
+            all(v is None or isinstance(v, (int, float)) for k, v in metrics.items() if k != "counts"),
+            "terminal info keys",
+            "metrics values must be numbers or None (summaries average them); integer counts go under counts",
+        )
     elif records:
         shown = observation["messages"][-len(records) :]
         for record, message in zip(records, shown, strict=True):

@@ -13,39 +13,38 @@ from __future__ import annotations
 
 import importlib
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
 
-from hopgym.envs.chat import (
-    ChatToolEnv,
-    assistant_message,
-    call_fields,
-    call_record,
-    checked_action,
-    select_task,
-    tool_message,
-)
-from hopgym.envs.familytool_metrics import (
-    check_reading,
-    extraction_metrics,
-    predicted_calls,
-    tool_use_metrics,
-)
-from hopgym.envs.feedback import check_feedback_mode, validation_text
+from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
+from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
+from hopgym.envs.familytool_metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
+from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
-from hopgym.sandbox.base import Sandbox
+from hopgym.options import check_choice
+from hopgym.sandbox.base import CallResult, Sandbox
 from hopgym.tasks.familytool import (
     EXTRA_INFO_MARKER,
     FamilyToolTask,
+    Variant,
     familytool_data_file,
     load_family_kg,
     load_familytool,
 )
-from hopgym.tasks.kg_extraction import EXTRACTION_MODES, Retriever, extract
+from hopgym.tasks.kg_extraction import (
+    EXTRACTION_MODES,
+    ExtractionMode,
+    Reading,
+    Retriever,
+    check_reading,
+    extract,
+)
 from hopgym.tasks.kg_tools import generate_kg_tools
 
-KG_MODES = ("gold", "none", "full", "tools")
+KgMode = Literal["gold", "none", "full", "tools"]
+KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
 
 SYSTEM_PROMPT = (
     "You are a personal assistant. Fulfil the user's request by calling exactly one of the provided tools "
@@ -100,33 +99,27 @@ class FamilyToolEnv(ChatToolEnv):
 
     def __init__(
         self,
-        variant: str = "e",
-        kg: str = "gold",
+        variant: Variant = "e",
+        kg: KgMode = "gold",
         data_path: str | os.PathLike[str] | None = None,
         kg_path: str | os.PathLike[str] | None = None,
         sandbox: str | Sandbox = "process",
         sandbox_options: Mapping[str, Any] | None = None,
         max_turns: int = 9,
-        feedback: str = "detailed",
-        reading: str = "official",
-        extraction: str = "greedy",
+        feedback: FeedbackMode = "detailed",
+        reading: Reading = "official",
+        extraction: ExtractionMode = "greedy",
         retriever: Retriever | str | None = None,
         top_k: int = 3,
         call_timeout: float | None = None,
     ) -> None:
-        if kg not in KG_MODES:
-            raise ConfigError(f"kg must be one of {', '.join(KG_MODES)}, got {kg!r}")
-        if extraction not in EXTRACTION_MODES:
-            raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {extraction!r}")
-        super().__init__(max_turns)
+        super().__init__(max_turns, feedback, call_timeout)
         self.variant = variant
-        self.kg_mode = kg
-        self.feedback = check_feedback_mode(feedback)
+        self.kg_mode = check_choice("kg", kg, KG_MODES)
         self.reading = check_reading(reading)
-        self.extraction = extraction
+        self.extraction = check_choice("extraction", extraction, EXTRACTION_MODES)
         self.retriever = _load_retriever(retriever)
         self.top_k = top_k
-        self._call_timeout = call_timeout
         self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
         self.data_files = (familytool_data_file(variant, data_path).resolve(),)
         """The files the tasks come from (a run records their sha256)."""
@@ -160,12 +153,11 @@ class FamilyToolEnv(ChatToolEnv):
             self._runtime.load(kg_tools)
             tools += [tool.openai_schema() for tool in kg_tools]
             system += TOOLS_PROMPT
-        self._start_episode(
+        self._kg_extraction = None
+        return self._start_episode(
             tools,
             [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}],
         )
-        self._kg_extraction = None
-        return self._observation(), self._info([])
 
     def _user_text(self, task: FamilyToolTask) -> str:
         if self.kg_mode == "gold":
@@ -174,77 +166,58 @@ class FamilyToolEnv(ChatToolEnv):
             return full_kg_query(task, list(self.kg))
         return bare_query(task)
 
-    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        self._check_can_step()
-        action = checked_action(action)
+    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
+        """Notes a KGETool action's ``kg_extraction``; every turn is a standard one."""
         if isinstance(action, Mapping) and action.get("kg_extraction") is not None:
             self._kg_extraction = action["kg_extraction"]
-        message = assistant_message(action)
-        self._messages.append(message)
-        self._turns += 1
-        calls = message.get("tool_calls", [])
-        ids = [f"call_{self._turns}_{i}" for i in range(len(calls))]
+        return None
+
+    def _is_final(self, calls: Sequence[CallRequest]) -> bool:
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
-        final = self._runtime is None or not calls
-        final = final or any(
-            call_fields(c, i)[1] in self._candidates for c, i in zip(calls, ids, strict=True)
-        )
-        if final:
-            records = [
-                self._record_unexecuted(call, call_id) for call, call_id in zip(calls, ids, strict=True)
-            ]
-            assert self._task is not None
-            self._done = True
-            metrics = self._metrics(calls)
-            info = self._info(records)
-            gold = self._task.gold_call
-            info.update(
-                correct=metrics["tool_em"] == 1.0,
-                answer={"name": gold.name, "arguments": dict(gold.arguments)},
-                metrics=metrics,
+        return self._runtime is None or not calls or any(name in self._candidates for _, name, _ in calls)
+
+    def _final_records(self, calls: Sequence[CallRequest]) -> list[CallRecord]:
+        """The calls of the final message: validated and recorded, never executed."""
+        records = []
+        for call_id, name, raw_arguments in calls:
+            check = self._validator.check(name, raw_arguments)
+            feedback = "" if check.ok else validation_text(check.messages)
+            record = new_call_record(
+                call_id, name, check.arguments, check.status, list(check.errors), feedback
             )
-            return self._observation(), metrics["tool_em"], True, False, info
-        records = [self._run_call(call, call_id) for call, call_id in zip(calls, ids, strict=True)]
-        return self._turn_ran_tools(records)
+            record["executed"] = False
+            records.append(record)
+        return records
 
-    def _record_unexecuted(self, call: Any, call_id: str) -> dict[str, Any]:
-        """A call of the final message: validated and recorded, never executed."""
-        call_id, name, raw_arguments = call_fields(call, call_id)
-        check = self._validator.check(name, raw_arguments)
-        self._calls_made += 1
-        return {
-            "id": call_id,
-            "name": name,
-            "arguments": check.arguments,
-            "status": check.status,
-            "errors": list(check.errors),
-            "feedback": "" if check.ok else validation_text(check.messages),
-            "latency_ms": 0.0,
-            "truncated": False,
-            "executed": False,
-        }
-
-    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
-        """A KG tool call (kg="tools"), run in the sandbox; anything else is rejected by validation."""
-        call_id, name, raw_arguments = call_fields(call, fallback_id)
-        check = self._validator.check(name, raw_arguments)
-        result = None
-        if check.ok and self._runtime is not None:
-            result = self._runtime.call(name, check.arguments, timeout=self._call_timeout)
-        record = {**call_record(call_id, name, check, result, self.feedback), "executed": check.ok}
-        self._calls_made += 1
-        self._messages.append(tool_message(record))
+    def _run_call(self, call: CallRequest) -> CallRecord:
+        """A KG tool call (kg="tools"), run in the sandbox; anything else is refused by validation."""
+        record = super()._run_call(call)
+        # A refused call has a validation status; one that ran has its outcome's (docs/contracts.md).
+        record["executed"] = record["status"] not in STATUS_ORDER
         return record
+
+    def _execute(self, name: str, arguments: dict[str, Any]) -> CallResult:
+        assert self._runtime is not None
+        return self._runtime.call(name, arguments, timeout=self._call_timeout)
 
     # -- scoring -----------------------------------------------------------------------------------
 
-    def _metrics(self, calls: list[Any]) -> dict[str, Any]:
+    def _score(self, message: Mapping[str, Any]) -> Score:
+        """Tool-use metrics of the final message's calls, plus extraction metrics when the episode carried
+        a ``kg_extraction``; reward = EM."""
         assert self._task is not None
-        tool = tool_use_metrics(predicted_calls(calls), self._task.gold_call, self.reading)
-        if self._kg_extraction is None:
-            return tool
-        kg = self._extraction_metrics(self._kg_extraction)
-        return {**tool, **kg, "counts": {**tool["counts"], **kg["counts"]}}
+        gold = self._task.gold_call
+        parts = [tool_use_metrics(predicted_calls(message.get("tool_calls", [])), gold, self.reading)]
+        if self._kg_extraction is not None:
+            parts.append(self._extraction_metrics(self._kg_extraction))
+        tool_em = parts[0]["tool_em"]
+        return Score(
+            reward=tool_em,
+            correct=tool_em == 1.0,
+            answer={"name": gold.name, "arguments": dict(gold.arguments)},
+            metrics={key: value for part in parts for key, value in part.items() if key != "counts"},
+            counts={key: value for part in parts for key, value in part["counts"].items()},
+        )
 
     def _extraction_metrics(self, text: str) -> dict[str, Any]:
         assert self._task is not None
@@ -260,7 +233,7 @@ class FamilyToolEnv(ChatToolEnv):
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def _episode_info(self) -> dict[str, Any]:
         assert self._task is not None
         return {
             "task_id": self._task.id,
@@ -268,13 +241,12 @@ class FamilyToolEnv(ChatToolEnv):
             "kg": self.kg_mode,
             "live_kg": self.kg,
             "hops": self._task.hops,
-            "feedback": self.feedback,
             "reading": self.reading,
-            "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools run)",
-            "tool_choice": None,  # the official pipeline sends none
             "candidate_tools": sorted(self._candidates),
-            **self._progress_info(records),
         }
+
+    def _tool_choice(self) -> None:
+        return None  # the official pipeline sends none
 
     _REBUILT = (*ChatToolEnv._REBUILT, "_runtime")
 

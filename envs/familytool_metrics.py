@@ -17,20 +17,12 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.envs.validation import parse_arguments
-from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import FamilyToolTask, GoldCall
+from hopgym.tasks.kg_extraction import BAD_EXTRACT, check_reading
 from hopgym.tasks.kg_io import Triple
 
-READINGS = ("official", "paper")
-BAD_EXTRACT = "<bad_extract>"
 TOOL_KEYS = ("tool_em", "tool_acc", "value_acc")
 KG_KEYS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage", "kg_format_error")
-
-
-def check_reading(reading: str) -> str:
-    if reading not in READINGS:
-        raise ConfigError(f"metrics reading must be one of {', '.join(READINGS)}, got {reading!r}")
-    return reading
 
 
 # -- tool use -------------------------------------------------------------------------------------------
@@ -66,8 +58,7 @@ def tool_use_metrics(
     EM: among calls to the gold tool, the one whose ``json.dumps`` sorts first matches every gold parameter
     (extra parameters and other calls are ignored). Tool Acc: the gold tool is among the calls. Value Acc:
     the share of gold parameters matched by that call, 0 when the tool is missing. ``counts`` holds
-    ``value_matched`` and ``value_total`` (the paper reading averages them over the dataset); they are
-    nested so that run summaries, which average every number of ``metrics``, leave them alone.
+    ``value_matched`` and ``value_total``: integers the paper reading sums over the dataset, not means.
     """
     check_reading(reading)
     candidates = sorted((c for c in calls if c["name"] == gold.name), key=json.dumps)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any
+from typing import Any, Literal, get_args
 
-from hopgym.errors import ConfigError
+from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult
 
-FEEDBACK_MODES = ("detailed", "minimal")
+FeedbackMode = Literal["detailed", "minimal"]
+FEEDBACK_MODES: tuple[FeedbackMode, ...] = get_args(FeedbackMode)
 MINIMAL_HINT = "Error: the tool call failed."
 """The one fixed text every failed call gets under ``feedback="minimal"`` (the paper's simple report)."""
 
@@ -24,10 +25,8 @@ _ERROR_STRING = re.compile(r"\s*error\b", re.IGNORECASE)
 _SANDBOX_STATUS = {"error": "tool_error", "timeout": "timeout", "resource_limit": "resource_limit"}
 
 
-def check_feedback_mode(mode: str) -> str:
-    if mode not in FEEDBACK_MODES:
-        raise ConfigError(f"unknown feedback mode {mode!r}; valid modes: {list(FEEDBACK_MODES)}")
-    return mode
+def check_feedback_mode(mode: str) -> FeedbackMode:
+    return check_choice("feedback mode", mode, FEEDBACK_MODES)
 
 
 def is_error_value(value: Any) -> bool:

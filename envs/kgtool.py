@@ -20,21 +20,21 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.envs.chat import (
-    ChatToolEnv,
-    assistant_message,
-    call_fields,
-    call_record,
-    checked_action,
-    select_task,
-    tool_message,
-)
-from hopgym.envs.feedback import check_feedback_mode
+from hopgym.envs.chat import ChatToolEnv, Score, select_task
+from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
 from hopgym.errors import ConfigError, SandboxError
+from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.kg2tool import KG_NAMES, load_kg_source, offered_tool_names, parse_patterns, sample_tasks
+from hopgym.tasks.kg2tool import (
+    KG_NAMES,
+    KGName,
+    load_kg_source,
+    offered_tool_names,
+    parse_patterns,
+    sample_tasks,
+)
 from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
@@ -68,28 +68,25 @@ class KGToolEnv(ChatToolEnv):
 
     def __init__(
         self,
-        kg: str = "fb15k-237",
+        kg: KGName = "fb15k-237",
         data_path: str | os.PathLike[str] | None = None,
         patterns: str | Sequence[str] = "all",
         n: int = 20,
         seed: int = 0,
         n_distractors: int = 10,
-        feedback: str = "detailed",
+        feedback: FeedbackMode = "detailed",
         sandbox: str | Sandbox = "process",
         max_turns: int = 9,
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         kg_path: str | os.PathLike[str] | None = None,
     ) -> None:
-        if kg not in KG_NAMES:
-            raise ConfigError(f"unknown kg {kg!r}; valid: {', '.join(KG_NAMES)}")
+        check_choice("kg", kg, KG_NAMES)
         if not isinstance(n_distractors, int) or n_distractors < 0:
             raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
-        super().__init__(max_turns)
-        self.feedback = check_feedback_mode(feedback)
+        super().__init__(max_turns, feedback, call_timeout)
         self.n_distractors = n_distractors
         self._seed = seed
-        self._call_timeout = call_timeout
         self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
         self.source = load_kg_source(*self._source_args)
         self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
@@ -132,14 +129,13 @@ class KGToolEnv(ChatToolEnv):
         self._ensure_loaded()
         self._task = task
         offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
-        self._start_episode(
+        return self._start_episode(
             [self._tool_schemas[name] for name in offered],
             [
                 {"role": "system", "content": _system_prompt(self.source.name)},
                 {"role": "user", "content": task.query},
             ],
         )
-        return self._observation(), self._info([])
 
     _REBUILT = (*ChatToolEnv._REBUILT, "source")
 
@@ -163,50 +159,32 @@ class KGToolEnv(ChatToolEnv):
         if probe.status != "ok" or probe.value != self.source.name:
             raise SandboxError(f"the sandbox did not keep the {self.source.name} tools loaded: {probe.error}")
 
-    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        self._check_can_step()
-        action = checked_action(action)
-        message = assistant_message(action)
-        self._messages.append(message)
-        self._turns += 1
-        calls = message.get("tool_calls", [])
-        if not calls:
-            assert self._task is not None
-            self._done = True
-            score = score_answer(
-                message["content"], self._task.answers, self.source.label, self.source.resolve
-            )
-            info = self._info([])
-            info.update(score.as_info())
-            # ``metrics`` is what `hopgym eval` copies into episode records and averages in its summary.
-            info["metrics"] = {key: info[key] for key in ("precision", "recall", "f1", "hits@1")}
-            info["answer"] = sorted({self.source.label(a) for a in self._task.answers})
-            info["answer_ids"] = list(self._task.answers)
-            return self._observation(), float(score.correct), True, False, info
-        records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
-        return self._turn_ran_tools(records)
-
-    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
-        assert self.sandbox is not None
-        call_id, name, raw_arguments = call_fields(call, fallback_id)
-        check = self._validator.check(name, raw_arguments)
-        result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout) if check.ok else None
-        record = call_record(call_id, name, check, result, self.feedback)
-        self._calls_made += 1
-        self._messages.append(tool_message(record))
-        return record
+    def _score(self, message: Mapping[str, Any]) -> Score:
+        """Exact set match of the answered names (envs/kgtool_scoring.py); precision, recall, F1 and
+        hits@1 are both terminal ``info`` keys and ``metrics``."""
+        assert self._task is not None
+        score = score_answer(message["content"], self._task.answers, self.source.label, self.source.resolve)
+        metrics = {
+            "precision": score.precision,
+            "recall": score.recall,
+            "f1": score.f1,
+            "hits@1": score.hits_at_1,
+        }
+        return Score(
+            reward=float(score.correct),
+            correct=score.correct,
+            answer=sorted({self.source.label(a) for a in self._task.answers}),
+            metrics=metrics,
+            details={**metrics, "predicted": list(score.predicted), "answer_ids": list(self._task.answers)},
+        )
 
     # -- observation and info ----------------------------------------------------------------------
 
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
-        assert self._task is not None and self.sandbox is not None
+    def _episode_info(self) -> dict[str, Any]:
+        assert self._task is not None
         return {
             "task_id": self._task.id,
             "kg": self._task.kg,
             "pattern": self._task.pattern,
             "hops": len(self._task.solution),
-            "feedback": self.feedback,
-            "isolation": self.sandbox.isolation,
-            "tool_choice": "auto",
-            **self._progress_info(records),
         }

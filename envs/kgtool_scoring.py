@@ -55,16 +55,6 @@ class AnswerScore:
     predicted: tuple[str, ...]
     """The names the answer gave, parsed, in order."""
 
-    def as_info(self) -> dict[str, float | bool | list[str]]:
-        return {
-            "correct": self.correct,
-            "precision": self.precision,
-            "recall": self.recall,
-            "f1": self.f1,
-            "hits@1": self.hits_at_1,
-            "predicted": list(self.predicted),
-        }
-
 
 def score_answer(
     text: str | None,

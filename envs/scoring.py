@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from hopgym.errors import ConfigError
+from hopgym.options import check_choice
 
 
 def official_match(gold: str, response: str) -> bool:
@@ -97,7 +97,4 @@ def episode_correct(scorer: Scorer, official: bool, gold: str, messages: Sequenc
 
 def get_scorer(name: str) -> Scorer:
     """The scorer called ``name``; a clear error lists the valid names."""
-    try:
-        return SCORERS[name]
-    except KeyError:
-        raise ConfigError(f"unknown scorer {name!r}; valid scorers: {sorted(SCORERS)}") from None
+    return SCORERS[check_choice("scorer", name, tuple(sorted(SCORERS)))]

@@ -3,20 +3,13 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, get_args
 
-from hopgym.envs.chat import (
-    ChatToolEnv,
-    assistant_message,
-    call_fields,
-    call_record,
-    checked_action,
-    select_task,
-    tool_message,
-)
+from hopgym.envs.calls import CallRecord, CallRequest
+from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
 from hopgym.envs.codeact import code_of, run_code
-from hopgym.envs.feedback import check_feedback_mode
+from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop_official import (
@@ -25,14 +18,17 @@ from hopgym.envs.toolhop_official import (
     OfficialExecutor,
     official_call_record,
 )
-from hopgym.errors import ConfigError
+from hopgym.messages import ToolMessage
+from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
 from hopgym.tasks.model import Task
 from hopgym.tasks.toolhop import load_toolhop
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
 from hopgym.tasks.toolhop_official import official_prompt_templates
 
-PROTOCOLS = ("official", "hopgym")
+Scenario = Literal["direct", "mandatory", "free"]
+ToolHopProtocol = Literal["official", "hopgym"]
+PROTOCOLS: tuple[ToolHopProtocol, ...] = get_args(ToolHopProtocol)
 
 
 class ToolHopEnv(ChatToolEnv):
@@ -47,34 +43,29 @@ class ToolHopEnv(ChatToolEnv):
     """
 
     _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
+    _NO_SANDBOX = "none (no tools offered)"
 
     def __init__(
         self,
         data_path: str | os.PathLike[str] | None = None,
-        scenario: str = "mandatory",
-        feedback: str = "detailed",
+        scenario: Scenario = "mandatory",
+        feedback: FeedbackMode = "detailed",
         sandbox: str | Sandbox = "process",
         max_turns: int = 9,
         scorer: str = "official",
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = None,
-        protocol: str = "official",
+        protocol: ToolHopProtocol = "official",
     ) -> None:
-        if scenario not in SCENARIOS:
-            raise ConfigError(f"unknown scenario {scenario!r}; valid scenarios: {list(SCENARIOS)}")
-        if protocol not in PROTOCOLS:
-            raise ConfigError(f"unknown protocol {protocol!r}; valid protocols: {list(PROTOCOLS)}")
-        self.scenario = scenario
-        self.protocol = protocol
+        self.scenario = check_choice("scenario", scenario, SCENARIOS)
+        self.protocol = check_choice("protocol", protocol, PROTOCOLS)
         self._official = protocol == "official"
         self._prompts = official_prompt_templates() if self._official else None
         if call_timeout is None and self._official:
             call_timeout = OFFICIAL_CALL_TIMEOUT
-        self.feedback = check_feedback_mode(feedback)
         self.scorer_name = scorer
-        self._score = get_scorer(scorer)
-        self._call_timeout = call_timeout
-        super().__init__(max_turns)
+        self._scorer = get_scorer(scorer)
+        super().__init__(max_turns, feedback, call_timeout)
         self.tasks: list[Task] = load_toolhop(data_path)
         self.data_files = (resolve_toolhop_path(data_path).resolve(),)
         """The files the tasks come from (a run records their sha256)."""
@@ -83,7 +74,6 @@ class ToolHopEnv(ChatToolEnv):
         if scenario != "direct":
             self._use_sandbox(sandbox, sandbox_options)
         self._task: Task | None = None
-        self._tool_result_seen = False
         self._load_errors: tuple[str, ...] = ()
         self._executor: OfficialExecutor | None = None
         self._stopped: str | None = None
@@ -102,6 +92,7 @@ class ToolHopEnv(ChatToolEnv):
             loaded = self._load_tools(task)
             undefined = [name for name in task.tool_names if name not in loaded.functions]
             self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
+        offered: list[Mapping[str, Any]]
         if self._official:
             assert self._prompts is not None
             offered = [{"type": "function", "function": dict(document)} for document in task.documents]
@@ -115,32 +106,9 @@ class ToolHopEnv(ChatToolEnv):
         # Calls are classified against one document per tool name (the one whose definition runs) in
         # both protocols, so the Table 4 columns mean the same; the official protocol offers every document.
         direct = self.scenario == "direct"
-        self._start_episode([] if direct else offered, messages, classify_with=None if direct else task.tools)
-        self._tool_result_seen = False
-        return self._observation(), self._info([])
-
-    def step(self, action: Any) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        self._check_can_step()
-        action = checked_action(action)
-        code = code_of(action)
-        if code is not None and self.sandbox is not None:
-            return self._step_code(action, code)
-        message = assistant_message(action)
-        self._messages.append(message)
-        self._turns += 1
-        calls = message.get("tool_calls", [])
-        # The official direct scenario makes one model call: its reply is final whatever it holds.
-        if not calls or (self._official and self.scenario == "direct"):
-            self._done = True
-            assert self._task is not None
-            correct = episode_correct(self._score, self._official, self._task.answer, self._messages)
-            info = self._info([])
-            info.update(correct=correct, answer=self._task.answer)
-            return self._observation(), float(correct), True, False, info
-        if self._official:
-            return self._step_official(calls)
-        records = [self._run_call(call, f"call_{self._turns}_{i}") for i, call in enumerate(calls)]
-        return self._turn_ran_tools(records)
+        return self._start_episode(
+            [] if direct else offered, messages, classify_with=None if direct else task.tools
+        )
 
     def _load_tools(self, task: Task) -> LoadResult:
         """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
@@ -157,52 +125,49 @@ class ToolHopEnv(ChatToolEnv):
         if self.sandbox is not None and self._task is not None and not self._done:
             self._load_tools(self._task)
 
-    def _step_official(self, calls: list[Any]) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
-        """The official turn: every call runs in order; a call on which the official script would stop
-        (a timeout, ``SystemExit`` ...) ends the episode unscored, as the official run loses that sample."""
-        assert self._executor is not None
-        records = []
-        for index, call in enumerate(calls):
-            call_id, name, raw_arguments = call_fields(call, f"call_{self._turns}_{index}")
-            check = self._validator.check(name, raw_arguments, empty_is_object=False)
-            outcome = self._executor.run(name, raw_arguments)
-            record = official_call_record(call_id, name, check, outcome, self.feedback)
-            records.append(record)
-            self._calls_made += 1
-            self._tool_result_seen = True
-            self._messages.append({"role": "tool", "content": record["feedback"], "tool_call_id": call_id})
-            if outcome.stops_run is not None:
-                self._stopped = outcome.stops_run
-                self._done = True
-                return self._observation(), 0.0, False, True, self._info(records)
-        return self._turn_ran_tools(records)
-
-    def _step_code(
-        self, action: Mapping[str, Any], code: str
-    ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
+    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
         """A CodeAct turn (see envs/codeact.py): run the code, record its tool calls, show its output."""
-        assert self.sandbox is not None
+        code = code_of(action)
+        if code is None or self.sandbox is None or isinstance(action, str):
+            return None
         self._messages.append({"role": "assistant", "content": action.get("content") or code})
         self._turns += 1
         records, text = run_code(
             self.sandbox, self._validator, code, self.feedback, f"code_{self._turns}", self._call_timeout
         )
         self._calls_made += len(records)
-        self._tool_result_seen = self._tool_result_seen or bool(records)
         self._messages.append({"role": "user", "content": text})
         return self._turn_ran_tools(records)
 
-    def _run_call(self, call: Any, fallback_id: str) -> dict[str, Any]:
-        call_id, name, raw_arguments = call_fields(call, fallback_id)
-        check = self._validator.check(name, raw_arguments)
-        result = None
-        if check.ok and self.sandbox is not None:
-            result = self.sandbox.call(name, check.arguments, timeout=self._call_timeout)
-        record = call_record(call_id, name, check, result, self.feedback)
-        self._calls_made += 1
-        self._tool_result_seen = True
-        self._messages.append(tool_message(record))
-        return record
+    def _is_final(self, calls: Sequence[CallRequest]) -> bool:
+        # The official direct scenario makes one model call: its reply is final whatever it holds.
+        return not calls or (self._official and self.scenario == "direct")
+
+    def _score(self, message: Mapping[str, Any]) -> Score:
+        assert self._task is not None
+        correct = episode_correct(self._scorer, self._official, self._task.answer, self._messages)
+        return Score(float(correct), correct, self._task.answer)
+
+    def _run_call(self, call: CallRequest) -> CallRecord:
+        """The official protocol runs every call in order, as the official script does; a call on which
+        it would stop (a timeout, ``SystemExit`` ...) ends the episode unscored, as the official run loses
+        that sample (:meth:`_run_stopped`)."""
+        if not self._official:
+            return super()._run_call(call)
+        assert self._executor is not None
+        call_id, name, raw_arguments = call
+        check = self._validator.check(name, raw_arguments, empty_is_object=False)
+        outcome = self._executor.run(name, raw_arguments)
+        self._stopped = outcome.stops_run
+        return official_call_record(call_id, name, check, outcome, self.feedback)
+
+    def _tool_message(self, record: CallRecord) -> ToolMessage:
+        if not self._official:
+            return super()._tool_message(record)
+        return {"role": "tool", "content": record["feedback"], "tool_call_id": record["id"]}
+
+    def _run_stopped(self) -> bool:
+        return self._stopped is not None
 
     # -- observation and info ----------------------------------------------------------------------
 
@@ -211,24 +176,20 @@ class ToolHopEnv(ChatToolEnv):
             return None
         if self.scenario == "direct":
             return "none"
-        if self.scenario == "mandatory" and not self._tool_result_seen:
+        if self.scenario == "mandatory" and self._calls_made == 0:  # no tool result seen yet
             return "required"
         return "auto"
 
-    def _info(self, records: list[dict[str, Any]]) -> dict[str, Any]:
+    def _episode_info(self) -> dict[str, Any]:
         assert self._task is not None
         return {
             "task_id": self._task.id,
             "hops": self._task.hops,
             "scenario": self.scenario,
-            "feedback": self.feedback,
             "scorer": self.scorer_name,
             "protocol": self.protocol,
             "sampling": dict(OFFICIAL_SAMPLING) if self._official else {},
             "stopped": self._stopped,
-            "isolation": self.sandbox.isolation if self.sandbox is not None else "none (no tools offered)",
-            "tool_choice": self._tool_choice(),
             "duplicate_tools": list(self._task.duplicate_tools),
             "load_errors": list(self._load_errors),
-            **self._progress_info(records),
         }

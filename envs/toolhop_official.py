@@ -20,6 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from hopgym.envs.calls import CallRecord, new_call_record
 from hopgym.envs.feedback import MINIMAL_HINT, is_error_value
 from hopgym.envs.validation import CallCheck
 from hopgym.sandbox.base import CallResult, Sandbox
@@ -133,20 +134,15 @@ def _outcome(name: Any, result: CallResult) -> OfficialOutcome:
 
 def official_call_record(
     call_id: str, name: Any, check: CallCheck, outcome: OfficialOutcome, feedback: str
-) -> dict[str, Any]:
+) -> CallRecord:
     """The ``info["calls"]`` record of an official call: the classification (``check``) only records, the
     outcome's failure is added when the tool ran or nothing else explains it; ``feedback="minimal"``
     shows the fixed hint instead of a failure's text."""
     errors = list(check.errors)
     if outcome.failed and (outcome.ran or not errors):
         errors.append(outcome.status)
-    return {
-        "id": call_id,
-        "name": name,
-        "arguments": check.arguments,
-        "status": errors[0] if errors else "ok",
-        "errors": errors,
-        "feedback": MINIMAL_HINT if outcome.failed and feedback == "minimal" else outcome.text,
-        "latency_ms": outcome.latency_ms,
-        "truncated": outcome.truncated,
-    }
+    shown = MINIMAL_HINT if outcome.failed and feedback == "minimal" else outcome.text
+    status = errors[0] if errors else "ok"
+    return new_call_record(
+        call_id, name, check.arguments, status, errors, shown, outcome.latency_ms, outcome.truncated
+    )

@@ -14,7 +14,7 @@ is ``invalid_arguments`` with the reason, never an exception. Schemas are applie
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,7 +120,7 @@ def stand_in(value: Any) -> str:
 class ToolValidator:
     """Checks calls against one task's offered tool schemas (validators are built once per task)."""
 
-    def __init__(self, tools: list[dict[str, Any]] | tuple[dict[str, Any], ...]) -> None:
+    def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
         """Raises DataError for a schema the host cannot apply safely (see ``check_tool_schema``)."""
         self._schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
         for name, schema in self._schemas.items():

@@ -5,12 +5,23 @@ from __future__ import annotations
 import difflib
 import inspect
 from collections.abc import Callable, Mapping
-from typing import Any
-
-import gymnasium as gym
-from gymnasium.envs.registration import EnvSpec, load_env_creator
+from typing import Any, TypeVar
 
 from hopgym.errors import ConfigError
+
+ChoiceT = TypeVar("ChoiceT")
+
+
+def check_choice(what: str, value: object, valid: tuple[ChoiceT, ...]) -> ChoiceT:
+    """``value`` when it is one of ``valid`` (a ``Literal`` option's values, ``typing.get_args``), else
+    :class:`ConfigError` naming the closest valid value and all of them; every enumerated option of the
+    envs, tasks and agents is checked here."""
+    if value in valid:
+        return valid[valid.index(value)]
+    names = [str(choice) for choice in valid]
+    close = difflib.get_close_matches(str(value), names, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    raise ConfigError(f"unknown {what} {value!r}{hint}; valid: {', '.join(names)}")
 
 
 def accepted_keywords(target: Callable[..., Any]) -> list[str] | None:
@@ -36,25 +47,3 @@ def check_keywords(target: Callable[..., Any], given: Mapping[str, Any], what: s
         close = difflib.get_close_matches(str(key), accepted, n=1)
         named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     raise ConfigError(f"{what} has no option {', '.join(named)}; valid: {', '.join(accepted) or 'none'}")
-
-
-def check_env_options(env_id: str, kwargs: Mapping[str, Any]) -> None:
-    """Raise :class:`ConfigError` unless ``env_id`` is one of hopgym's envs and takes every key of
-    ``kwargs`` (``hopgym:ToolHop-v0`` names ``ToolHop-v0``)."""
-    import hopgym
-
-    name = env_id.removeprefix("hopgym:")
-    if name not in hopgym.ENV_IDS:
-        close = difflib.get_close_matches(name, hopgym.ENV_IDS, n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigError(f"unknown env {env_id!r}{hint}; valid: {', '.join(hopgym.ENV_IDS)}")
-    check_keywords(env_creator(gym.spec(name)), kwargs, f"env {name}")
-
-
-def env_creator(spec: EnvSpec) -> Callable[..., Any]:
-    """What ``gym.make`` calls for ``spec``: its entry point, imported when it is a ``module:name`` string."""
-    entry_point = spec.entry_point
-    creator = load_env_creator(entry_point) if isinstance(entry_point, str) else entry_point
-    if creator is None:
-        raise ConfigError(f"env {spec.id} is registered without an entry point")
-    return creator

@@ -14,14 +14,17 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from hopgym.errors import ConfigError, DataError
+from hopgym.errors import DataError
+from hopgym.messages import ToolSchema, tool_schema
+from hopgym.options import check_choice
 from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg_io import Triple, parse_triples, quotes_triples, resolve_data_file
 
 DATA_FOLDER = "familytool"
-VARIANTS = ("b", "e")
+Variant = Literal["b", "e"]
+VARIANTS: tuple[Variant, ...] = get_args(Variant)
 EXTRA_INFO_MARKER = "The extra information for the query is"
 
 _SPEAKER_TAG = re.compile(r"^\s*<speak>\s*(?P<label>[^:<]*):(?P<name>[^<]*)</speak>")
@@ -36,12 +39,9 @@ class ToolDoc:
     parameters: Mapping[str, Any]
     response: Mapping[str, Any] | None = None
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> ToolSchema:
         """The tool in OpenAI's ``tools=[...]`` format."""
-        return {
-            "type": "function",
-            "function": {"name": self.name, "description": self.description, "parameters": self.parameters},
-        }
+        return tool_schema(self.name, self.description, self.parameters)
 
 
 @dataclass(frozen=True)
@@ -224,8 +224,7 @@ def _standard_types(schema: Any, tool: str) -> Any:
 
 
 def _check_variant(variant: str) -> None:
-    if variant not in VARIANTS:
-        raise ConfigError(f"FamilyTool variant must be one of {VARIANTS}, got {variant!r}")
+    check_choice("FamilyTool variant", variant, VARIANTS)
 
 
 def _messages_by_role(row: Any) -> dict[str, Any]:

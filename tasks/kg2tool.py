@@ -15,6 +15,7 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.familytool import load_family_kg
@@ -26,7 +27,8 @@ from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
 from hopgym.tasks.kg_tools import GeneratedTool, committed_tools, generate_kg_tools
 
-KG_NAMES = ("fb15k-237", "family-e")
+KGName = Literal["fb15k-237", "family-e"]
+KG_NAMES: tuple[KGName, ...] = get_args(KGName)
 INTERSECTION, UNION, NEGATION = "get_intersection_of", "get_union_of", "get_negation_of"
 
 

@@ -43,9 +43,10 @@ import itertools
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from hopgym.errors import ConfigError
+from hopgym.options import check_choice
 from hopgym.tasks.kg import KnowledgeGraph
 from hopgym.tasks.kg_io import Triple
 
@@ -54,8 +55,8 @@ Reading = Literal["official", "paper"]
 Retriever = Callable[[str, list[str], int], list[str]]
 """``f(made_up_relation, real_relations, k) -> the k real relations nearest to it``."""
 
-EXTRACTION_MODES: tuple[str, ...] = ("exact", "greedy", "retrieval")
-READINGS: tuple[str, ...] = ("official", "paper")
+EXTRACTION_MODES: tuple[ExtractionMode, ...] = get_args(ExtractionMode)
+READINGS: tuple[Reading, ...] = get_args(Reading)
 BAD_EXTRACT = "<bad_extract>"
 ALL_RELATIONS = "\u5168\u90e8"  # 全部, "all": the official parser glues it onto the relation before it
 
@@ -180,16 +181,14 @@ def extract(
 
 def check_options(mode: str, reading: str, top_k: int) -> None:
     """ConfigError naming the valid values when an extraction option is not one of them."""
-    if mode not in EXTRACTION_MODES:
-        raise ConfigError(f"extraction must be one of {', '.join(EXTRACTION_MODES)}, got {mode!r}")
+    check_choice("extraction", mode, EXTRACTION_MODES)
     check_reading(reading)
     if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 1:
         raise ConfigError(f"top_k must be a positive integer, got {top_k!r}")
 
 
-def check_reading(reading: str) -> None:
-    if reading not in READINGS:
-        raise ConfigError(f"reading must be one of {', '.join(READINGS)}, got {reading!r}")
+def check_reading(reading: str) -> Reading:
+    return check_choice("reading", reading, READINGS)
 
 
 # -- the walks ------------------------------------------------------------------------------------------

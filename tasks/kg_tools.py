@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from hopgym.errors import ConfigError, DataError
+from hopgym.messages import ToolSchema, tool_schema
 from hopgym.tasks.kg import KnowledgeGraph
 
 STYLES = ("family", "kg2tool")
@@ -56,16 +57,9 @@ class GeneratedTool:
     parameters: Mapping[str, Any]
     source: str
 
-    def openai_schema(self) -> dict[str, Any]:
+    def openai_schema(self) -> ToolSchema:
         """The tool in OpenAI's ``tools=[...]`` format."""
-        return {
-            "type": "function",
-            "function": {
-                "name": self.name,
-                "description": self.description,
-                "parameters": json.loads(json.dumps(self.parameters)),
-            },
-        }
+        return tool_schema(self.name, self.description, json.loads(json.dumps(self.parameters)))
 
     def document(self) -> dict[str, Any]:
         """What ``tools.json`` stores for this tool (everything but the code, which goes to ``tools.py``)."""

@@ -6,6 +6,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopgym.messages import ToolSchema
+
 
 @dataclass(frozen=True)
 class GoldCall:
@@ -26,7 +28,7 @@ class Task:
     answer: str
     hops: int
     domain: str
-    tools: tuple[dict[str, Any], ...]
+    tools: tuple[ToolSchema, ...]
     """OpenAI tool schemas ``{"type": "function", "function": {name, description, parameters}}``."""
     tool_sources: tuple[str, ...]
     """The function sources with top-level example code removed, in data order (the last definition wins)."""

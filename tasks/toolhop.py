@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import DataError
+from hopgym.messages import ToolSchema, tool_schema
 from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.model import Task
 from hopgym.tasks.tool_schema import check_tool_schema
@@ -49,7 +50,7 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
 
 def _offered_tools(
     documents: Sequence[Mapping[str, Any]], signatures: Mapping[str, Sequence[str]]
-) -> tuple[tuple[dict[str, Any], ...], tuple[str, ...]]:
+) -> tuple[tuple[ToolSchema, ...], tuple[str, ...]]:
     """One OpenAI schema per tool name; for a duplicated name, the document of the definition that runs.
 
     The running definition is the last one; its document is the one whose parameters best match its
@@ -66,12 +67,7 @@ def _offered_tools(
     tools = []
     for name, candidates in by_name.items():
         document = max(candidates, key=fit) if len(candidates) > 1 else candidates[0]
-        function = {
-            "name": name,
-            "description": document.get("description", ""),
-            "parameters": document["parameters"],
-        }
-        tools.append({"type": "function", "function": function})
+        tools.append(tool_schema(name, document.get("description", ""), document["parameters"]))
     duplicates = tuple(name for name, candidates in by_name.items() if len(candidates) > 1)
     return tuple(tools), duplicates
 

@@ -294,9 +294,9 @@ def test_normalized_scorer_and_bad_options(sandbox):
     with pytest.raises(ConfigError, match="index must be"):
         env.reset(options={"index": 5})
     env.close()
-    with pytest.raises(ConfigError, match="valid scenarios"):
+    with pytest.raises(ConfigError, match=r"unknown scenario 'forced'.*; valid: direct, mandatory, free"):
         ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, scenario="forced")
-    with pytest.raises(ConfigError, match="valid modes"):
+    with pytest.raises(ConfigError, match="unknown feedback mode 'verbose'; valid: detailed, minimal"):
         ToolHopEnv(protocol="hopgym", data_path=MISBEHAVING, sandbox=sandbox, feedback="verbose")
 
 

@@ -233,7 +233,7 @@ def test_the_direct_reply_is_final_whatever_it_holds() -> None:
 
 
 def test_unknown_protocol_is_a_config_error() -> None:
-    with pytest.raises(ConfigError, match="valid protocols"):
+    with pytest.raises(ConfigError, match="unknown protocol"):
         ToolHopEnv(data_path=QUIRKS, scenario="direct", protocol="paper")
 
 

@@ -125,7 +125,7 @@ def test_tool_docs_become_valid_json_schema():
 
 
 def test_bad_inputs_name_what_is_wrong(tmp_path, monkeypatch):
-    with pytest.raises(ConfigError, match="variant must be one of"):
+    with pytest.raises(ConfigError, match="unknown FamilyTool variant"):
         load_familytool("x")
     bad = tmp_path / "rows.jsonl"
     bad.write_text('[{"role": "id", "content": "r1"}]\n')

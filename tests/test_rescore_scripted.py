@@ -82,9 +82,9 @@ def test_rescore_mistakes_are_one_line_and_write_nothing(
 ) -> None:
     capsys.readouterr()
     assert main(["rescore", str(runs / "official"), "--scorer", "fuzzy", "--out", str(tmp_path / "a")]) == 2
-    assert "unknown scorer 'fuzzy'; valid scorers: ['normalized', 'official']" in capsys.readouterr().err
+    assert "unknown scorer 'fuzzy'; valid: normalized, official" in capsys.readouterr().err
     assert main(["rescore", str(runs / "official"), "--protocol", "x", "--out", str(tmp_path / "b")]) == 2
-    assert "valid protocols: ['official', 'hopgym']" in capsys.readouterr().err
+    assert "unknown protocol 'x'; valid: official, hopgym" in capsys.readouterr().err
     assert main(["rescore", str(runs / "official"), "--out", str(runs / "hopgym")]) == 2
     assert "already exists" in capsys.readouterr().err
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()

@@ -72,7 +72,7 @@ def test_normalize_tokens():
 def test_scorer_lookup():
     assert get_scorer("official") is official_answer_correct
     assert get_scorer("normalized") is normalized_answer_correct
-    with pytest.raises(ConfigError, match="valid scorers"):
+    with pytest.raises(ConfigError, match="unknown scorer"):
         get_scorer("fuzzy")
 
 

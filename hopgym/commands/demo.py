@@ -9,7 +9,6 @@ The summary has the paper's Table 4 columns for this policy.
 from __future__ import annotations
 
 import argparse
-import json
 from collections import Counter
 from typing import Any
 
@@ -20,6 +19,7 @@ from rich.table import Table
 
 from hopgym.envs.chat import chat_env
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.messages import tool_call
 from hopgym.tasks.model import Task
 
 
@@ -77,13 +77,7 @@ def run_episode(env: gym.Env, index: int) -> dict[str, Any]:
         action = {
             "role": "assistant",
             "content": None,
-            "tool_calls": [
-                {
-                    "id": f"call_{turn}",
-                    "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(arguments)},
-                }
-            ],
+            "tool_calls": [tool_call(name, arguments, f"call_{turn}")],
         }
         observation, _, terminated, truncated, info = env.step(action)
         calls.extend(info["calls"])
