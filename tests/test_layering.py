@@ -1,5 +1,6 @@
 """Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < CLI, with
-hopgym's root modules (errors, options, registration) as the shared bottom (docs/contracts.md "Layers")."""
+hopgym's root modules (errors, options, prompts, registration) as the shared bottom (docs/contracts.md
+"Layers")."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ LAYERS = {
     "hopgym": 0,
     "hopgym.errors": 0,
     "hopgym.options": 0,
+    "hopgym.prompts": 0,
     "hopgym.tools_generated": 1,
     "hopgym.tasks": 1,
     "hopgym.sandbox": 2,
@@ -24,7 +26,14 @@ LAYERS = {
 """Module-name prefix -> layer; the longest matching prefix decides."""
 FOLDERS = {"hopgym": "hopgym", "tasks": "hopgym.tasks", "sandbox": "hopgym.sandbox", "envs": "hopgym.envs"}
 FOLDERS |= {"agents": "hopgym.agents", "tools_generated": "hopgym.tools_generated"}
-ROOT_MODULES = {"hopgym", "hopgym.errors", "hopgym.options", "hopgym.cli", "hopgym.commands"}
+ROOT_MODULES = {
+    "hopgym",
+    "hopgym.errors",
+    "hopgym.options",
+    "hopgym.prompts",
+    "hopgym.cli",
+    "hopgym.commands",
+}
 """The modules directly in hopgym/: a new one must be given a layer here first."""
 
 
