@@ -42,6 +42,10 @@ def load_prompts(
     if unknown:
         raise PromptError(f"{where}: unknown key(s) {unknown}; the code reads {sorted(types)}")
     fields = fields or {}
+    if set(fields) - set(types):
+        raise PromptError(
+            f"{where}: placeholders given for {sorted(set(fields) - set(types))}, not keys of it"
+        )
     for key, kind in types.items():
         if key not in data:
             raise PromptError(f"{where}: missing key {key!r}")

@@ -86,6 +86,15 @@ def rendered() -> dict[str, Any]:
         "agents.construct.retry": construct_prompts.retry_prompt("- the {tool} has no name\n- no call"),
         "tasks.kg2tool.translation": kg2tool_prompts.translation_messages(INSTANCE),
         "tasks.kg2tool_export.system": kg2tool_export.SYSTEM_PROMPT,
+        "tasks.kg2tool_export.questions": [
+            kg2tool_export.GOAL_QUESTION,
+            kg2tool_export.TOOL_QUESTION,
+            kg2tool_export.ARGUMENTS_QUESTION,
+            kg2tool_export.CALL_REQUEST,
+            kg2tool_export.ANSWER_QUESTION,
+            kg2tool_export.PLAN_QUESTION,
+            kg2tool_export.REVIEW_QUESTION,
+        ],
         "tasks.kg2tool_export.system_with_tools": kg2tool_export.system_prompt([DOCUMENT]),
     }
     return cases

@@ -77,6 +77,7 @@ def test_a_valid_file_loads_as_its_shape(package_root):
         ("system: Hi\nexamples: []\nsystme: Hi\n", {}, "unknown key(s) ['systme']"),
         ("- system\n", {}, "expected a mapping of prompt names to texts"),
         ("system: 'Hi\n", {}, "cannot read the prompt file"),
+        ("system: Hi\nexamples: []\n", {"sytem": ["name"]}, "placeholders given for ['sytem'], not keys"),
     ],
 )
 def test_a_broken_file_raises_a_prompt_error_naming_file_and_key(package_root, text, fields, message):

@@ -32,8 +32,8 @@ class KGToolPrompts(TypedDict):
 
 
 SYSTEM_PROMPTS = cast("Mapping[str, str]", load_prompts(__name__, "toolhop.yaml", ToolHopPrompts))
-"""Scenario -> ToolHop system prompt, in the file's order (every value is a str: the TypedDict checks it)."""
-SCENARIOS = tuple(SYSTEM_PROMPTS)
+"""Scenario -> ToolHop system prompt (every value is a str: the TypedDict checks it)."""
+SCENARIOS = tuple(ToolHopPrompts.__annotations__)
 FAMILYTOOL = load_prompts(__name__, "familytool.yaml", FamilyToolPrompts)
 KGTOOL = load_prompts(__name__, "kgtool.yaml", KGToolPrompts, {"system": ["id_hint"]})
 
