@@ -13,12 +13,12 @@ RUN python3 -m pip --version >/dev/null 2>&1 || { apt-get update -qq \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null \
     && rm -rf /var/lib/apt/lists/*; }
 
-# What the worker imports (pyseccomp; RestrictedPython for policy="restricted") and what the full ToolHop
-# set's tool code imports beyond the standard library; kept apart so the sandbox stage needs no pip.
+# What the worker imports (RestrictedPython for policy="restricted"; its seccomp filter goes through
+# libseccomp by ctypes, checked in the sandbox stage) and what the full ToolHop set's tool code imports
+# beyond the standard library; kept apart so the sandbox stage needs no pip.
 FROM python-pip AS tool-libraries
 RUN python3 -m pip install --quiet --target /opt/hopgym/lib \
-        pyseccomp==0.1.2 RestrictedPython==9.0 \
-        pytz==2026.6 python-dateutil==4.0.0 dicttoxml==1.7.16 babel==2.18.0
+        RestrictedPython==9.0 pytz==2026.6 python-dateutil==4.0.0 dicttoxml==1.7.16 babel==2.18.0
 
 # hopgym itself (dependencies first, so a source change reinstalls only the package).
 FROM python-pip AS hopgym

@@ -11,19 +11,20 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from hopgym.agents.base import Action, Agent, Observation, with_system_prompt
 from hopgym.agents.text_calls import extract_code
+from hopgym.prompts import load_prompts
 
-PROMPT = """You can run Python code to answer. These tools are Python functions you can call with keyword
-arguments (each returns the tool's result):
 
-{signatures}
+class CodeActPrompts(TypedDict):
+    system: str
 
-To run code, reply with one ```python code block; use print() to see values, and you will get the output
-back. Use the results of earlier calls in later ones. When you know the answer, reply with the final answer
-in plain text, without a code block."""
+
+PROMPT = load_prompts("hopgym.agents.prompts", "codeact.yaml", CodeActPrompts, {"system": ["signatures"]})[
+    "system"
+]
 
 _JSON_TO_PYTHON = {"string": "str", "integer": "int", "number": "float", "boolean": "bool"}
 _JSON_TO_PYTHON |= {"array": "list", "object": "dict"}

@@ -11,32 +11,24 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypedDict
 
 from hopgym.agents.base import Action, Agent, Observation, describe_tools, with_system_prompt
 from hopgym.agents.model import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call
+from hopgym.prompts import load_prompts
 
-PROMPT = """Answer the question step by step. You can use these tools:
 
-{tools}
+class ReActPrompts(TypedDict):
+    system: str
+    format_reminder: str
 
-Use exactly this format:
 
-Thought: what to do next
-Action: the tool to use, one of [{names}]
-Action Input: the tool's arguments as a JSON object
-Observation: the tool's result (it is given to you; never write it yourself)
-... (Thought / Action / Action Input / Observation can repeat)
-Thought: I now know the final answer
-Final Answer: the answer to the question"""
-
-FORMAT_REMINDER = (
-    "Observation: your reply did not follow the format. Reply with 'Thought:', then either "
-    "'Action:' and 'Action Input:' (a JSON object) to call a tool, or 'Final Answer:' to answer."
-)
+PROMPTS = load_prompts("hopgym.agents.prompts", "react.yaml", ReActPrompts, {"system": ["tools", "names"]})
+PROMPT = PROMPTS["system"]
+FORMAT_REMINDER = PROMPTS["format_reminder"]
 
 _ACTION = re.compile(r"Action\s*:\s*(?P<name>[^\n]*?)\s*\n+\s*Action\s*Input\s*:\s*(?P<input>.*)", re.DOTALL)
 _FINAL = re.compile(r"Final\s*Answer\s*:\s*(?P<answer>.*)", re.DOTALL)

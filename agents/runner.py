@@ -48,7 +48,6 @@ from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
-from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
 RUN_FILE = "run.json"
@@ -162,9 +161,7 @@ class EnvPool:
             self.envs.append(env)
             self._idle.append(env)
         for env in self.envs:
-            sandbox = getattr(env.unwrapped, "sandbox", None)
-            if isinstance(sandbox, Sandbox):
-                await self._in_thread(sandbox.wait_until_warm)
+            await self._in_thread(chat_env(env).warm_up)
 
     async def acquire(self) -> gym.Env:
         while True:
@@ -391,7 +388,7 @@ class EvalRun:
         provenance); return the records already there."""
         run_file = self.out / RUN_FILE
         previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
-        self._provenance = start_provenance(env.unwrapped, expected, previous)
+        self._provenance = start_provenance(chat_env(env), expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_run_file()
         return read_episodes(self.episodes_path, repair=True)
@@ -509,20 +506,21 @@ def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
 
-def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> None:
-    """Run ``main`` on a fresh event loop, then cancel whatever else is still pending (litellm's logging
-    tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without waiting on it.
+def run_to_completion(main: Awaitable[T], leftover_grace: float = 1.0) -> T:
+    """Run ``main`` on a fresh event loop and return its result, then cancel whatever else is still pending
+    (litellm's logging tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without
+    waiting on it.
 
     Ctrl-C and SIGTERM reach the loop as a cancel of ``main``, raised here as ``KeyboardInterrupt`` once
     ``main`` has cleaned up: Python's own handler raises wherever the main thread happens to be, and a
     ``KeyboardInterrupt`` raised inside a finalizer (aiohttp's ``__del__``) is swallowed, so the run
     would go on as if never stopped. A second signal falls back to the handler that was there before."""
     loop = asyncio.new_event_loop()
-    run: asyncio.Future[None] = asyncio.ensure_future(main, loop=loop)
+    run: asyncio.Future[T] = asyncio.ensure_future(main, loop=loop)
     stopped: list[int] = []
     previous = _route_stop_signals(loop, run, stopped)
     try:
-        loop.run_until_complete(run)
+        return loop.run_until_complete(run)
     except asyncio.CancelledError:
         if not stopped:
             raise
@@ -538,7 +536,7 @@ def run_to_completion(main: Awaitable[None], leftover_grace: float = 1.0) -> Non
 
 
 def _route_stop_signals(
-    loop: asyncio.AbstractEventLoop, run: asyncio.Future[None], stopped: list[int]
+    loop: asyncio.AbstractEventLoop, run: asyncio.Future[Any], stopped: list[int]
 ) -> dict[int, Any]:
     """Deliver SIGINT and SIGTERM to ``loop`` as a cancel of ``run``; return the handlers replaced
     (none off the main thread, where signals cannot be handled)."""

@@ -23,7 +23,8 @@ import gymnasium as gym
 from _timing import TOOL, time_warm_calls
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
-from hopgym.commands.demo import schema_arguments
+from hopgym.agents.scripted import schema_arguments
+from hopgym.envs.chat import chat_env
 from hopgym.sandbox import Sandbox, make_sandbox
 
 BACKENDS = ("process", "docker")
@@ -71,7 +72,7 @@ def full_pass(spec: str) -> dict[str, Any]:
     statuses: dict[str, int] = {}
     started = time.perf_counter()
     try:
-        tasks = env.unwrapped.tasks
+        tasks = chat_env(env).tasks
         for index, task in enumerate(tasks):
             observation, _ = env.reset(options={"index": index})
             gold = {call.name: call.arguments for call in task.gold_calls}
@@ -87,7 +88,9 @@ def full_pass(spec: str) -> dict[str, Any]:
                 _, _, _, _, info = env.step({"role": "assistant", "content": None, "tool_calls": [call]})
                 status = info["calls"][0]["status"]
                 statuses[status] = statuses.get(status, 0) + 1
-        isolation = env.unwrapped.sandbox.isolation
+        sandbox = chat_env(env).sandbox
+        assert sandbox is not None  # ToolHopEnv makes its sandbox when made and drops it in close()
+        isolation = sandbox.isolation
     finally:
         env.close()
     return {

@@ -177,6 +177,12 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
             self._sandbox_spec = (str(sandbox), dict(options or {}))
         return self.sandbox
 
+    def warm_up(self) -> None:
+        """Wait until the env's sandbox holds the workers it keeps ready, so that the first episodes do not
+        pay for starting them (a runner calls this before its episodes; nothing to do without a sandbox)."""
+        if self.sandbox is not None:
+            self.sandbox.wait_until_warm()
+
     def _begin_reset(self, seed: int | None) -> None:
         """What every ``reset`` does first: refuse a closed env (the same in every env), seed the RNG."""
         if self._closed:

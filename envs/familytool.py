@@ -21,6 +21,7 @@ from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
 from hopgym.envs.familytool_metrics import extraction_metrics, predicted_calls, tool_use_metrics
 from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
+from hopgym.envs.prompts import FAMILYTOOL
 from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice
@@ -46,16 +47,8 @@ from hopgym.tasks.kg_tools import generate_kg_tools
 KgMode = Literal["gold", "none", "full", "tools"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
 
-SYSTEM_PROMPT = (
-    "You are a personal assistant. Fulfil the user's request by calling exactly one of the provided tools "
-    "with the right arguments; use the entity names of the user's knowledge graph (such as "
-    "restaurant_0003) as argument values where they apply."
-)
-TOOLS_PROMPT = (
-    " The user's personal knowledge graph is not shown: look up what you need with the tools whose names "
-    "start with 'kg_' (kg_search follows a path of relations from a person, e.g. the speaker), then call "
-    "the tool that fulfils the request."
-)
+SYSTEM_PROMPT = FAMILYTOOL["system"]
+TOOLS_PROMPT = " " + FAMILYTOOL["kg_tools"]
 
 
 def _load_retriever(retriever: Retriever | str | None) -> Retriever | None:

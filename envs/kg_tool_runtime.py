@@ -5,8 +5,7 @@ the graph, and the generated tool functions. The graph may change while it is us
 setting): before each call the runtime compares the graph's version counter with the one it shipped and,
 when they differ, loads the episode again with a fresh snapshot, so the next call sees the new triples.
 ``watch=False`` skips even that check (call :meth:`KGToolRuntime.refresh` after changing the graph).
-With a preloading sandbox the store and a snapshot are already in every warm worker, and an episode
-ships only its tools (and the graph again only if it changed).
+A large graph is shipped once per worker by keeping the worker (``KGTool-v0``, envs/kgtool.py).
 """
 
 from __future__ import annotations
@@ -48,41 +47,17 @@ def snapshot_source(triples: Sequence[Triple]) -> str:
 class KGToolRuntime:
     """Generated KG tools of one episode at a time, executed in ``sandbox`` against ``kg``.
 
-    ``load`` starts an episode with a set of tools (a fresh worker); ``call`` runs one of them. A sandbox
-    passed in is used, not owned; :meth:`preloading` makes one whose warm workers already hold the graph
-    (worth it for large graphs: FB15k-237 takes about 1.7 s to ship per episode) and owns it.
+    ``load`` starts an episode with a set of tools (a fresh worker); ``call`` runs one of them. The sandbox
+    is used, not owned.
     """
 
-    def __init__(
-        self,
-        kg: KnowledgeGraph,
-        sandbox: Sandbox,
-        *,
-        watch: bool = True,
-        preloaded_version: int | None = None,
-    ) -> None:
+    def __init__(self, kg: KnowledgeGraph, sandbox: Sandbox, *, watch: bool = True) -> None:
         self.kg = kg
         self.sandbox = sandbox
         self.watch = watch
-        self._preloaded_version = preloaded_version
-        """The graph version the sandbox's warm workers already hold (None: they hold no store)."""
-        self._owns_sandbox = False
         self._tools: tuple[GeneratedTool, ...] = ()
         self._shipped_version: int | None = None
         self._extra_sources: tuple[str, ...] = ()
-
-    @classmethod
-    def preloading(
-        cls, kg: KnowledgeGraph, backend: str = "process", *, watch: bool = True, **options: Any
-    ) -> KGToolRuntime:
-        """A runtime over a new sandbox (``make_sandbox(backend, **options)``) whose workers hold the KG
-        store and the graph as it is now before any episode; close it with :meth:`close`."""
-        from hopgym.sandbox import make_sandbox
-
-        sandbox = make_sandbox(backend, preload=[store_source(), snapshot_source(list(kg))], **options)
-        runtime = cls(kg, sandbox, watch=watch, preloaded_version=kg.version)
-        runtime._owns_sandbox = True
-        return runtime
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -113,19 +88,9 @@ class KGToolRuntime:
             raise SandboxError("no KG tools are loaded: call load(tools) first")
         return self.sandbox.call(name, arguments, timeout=timeout)
 
-    def close(self) -> None:
-        """Close the sandbox if this runtime made it (:meth:`preloading`)."""
-        if self._owns_sandbox:
-            self.sandbox.close()
-
     def _ship(self) -> LoadResult:
         version = self.kg.version
-        own: list[str] = []
-        if self._preloaded_version is None:
-            own.append(store_source())
-        if version != self._preloaded_version:
-            own.append(snapshot_source(list(self.kg)))
-        own.append(module_source(self._tools))
+        own = [store_source(), snapshot_source(list(self.kg)), module_source(self._tools)]
         result = self.sandbox.load([*own, *self._extra_sources])
         missing = [name for name in self.tool_names if name not in result.functions]
         own_labels = {f"source {index}" for index in range(len(own))}

@@ -24,6 +24,7 @@ from hopgym.envs.chat import ChatToolEnv, Score, select_task
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
+from hopgym.envs.prompts import KGTOOL
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox
@@ -43,18 +44,10 @@ DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_0
 loads), and intermediate entity sets of a few thousand ids exceed the default result cap."""
 DEFAULT_CALL_TIMEOUT = 5.0
 
-SYSTEM_PROMPT = (
-    "You answer questions over a knowledge graph with the provided tools. Each tool follows one relation "
-    "of the graph from an entity (or a list of entities) and returns the list of entities it reaches; the "
-    "set tools intersect, unite or subtract lists. Entities are given by their ids{id_hint}. Solve the "
-    "query step by step, passing each tool result on to the next tool. When you have the answer, reply "
-    "without calling a tool: list the answer entities, one per line (their names or ids)."
-)
-
 
 def _system_prompt(kg_name: str) -> str:
-    hint = " (Freebase mids such as /m/0dr_4; the query gives each entity's name and id)"
-    return SYSTEM_PROMPT.format(id_hint=hint if kg_name == "fb15k-237" else "")
+    hint = f" ({KGTOOL['fb15k_237_ids']})"
+    return KGTOOL["system"].format(id_hint=hint if kg_name == "fb15k-237" else "")
 
 
 class KGToolEnv(ChatToolEnv):

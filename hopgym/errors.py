@@ -17,6 +17,10 @@ class DataError(HopgymError):
     """A dataset file is missing, unreadable or malformed."""
 
 
+class PromptError(DataError):
+    """A prompt file of the package is missing or malformed, or lacks a key or placeholder its code needs."""
+
+
 class DownloadError(DataError):
     """A dataset could not be fetched from its upstream source."""
 

@@ -22,7 +22,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass
 from pathlib import Path
@@ -477,9 +477,8 @@ class DockerSandbox(PooledSandbox):
     started and ready (one episode uses one); ``timeout``: the default wall-clock limit per call.
     ``memory_mb``, ``cpu_seconds``, ``file_mb``, ``open_files``: the worker's rlimits (``memory_mb`` also
     sizes the container's memory cgroup); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits.
-    ``policy="restricted"`` adds RestrictedPython inside the worker. ``preload``: sources every container's
-    worker runs before it is handed out (shared data). ``max_tool_calls``: tool calls one :meth:`execute`
-    may make (see ``PooledSandbox``). Not thread-safe: one per episode runner.
+    ``policy="restricted"`` adds RestrictedPython inside the worker. ``max_tool_calls``: tool calls one
+    :meth:`execute` may make (see ``PooledSandbox``). Not thread-safe: one per episode runner.
     """
 
     def __init__(
@@ -499,7 +498,6 @@ class DockerSandbox(PooledSandbox):
         output_cap: int = 16_384,
         result_cap: int = 65_536,
         start_timeout: float = 30.0,
-        preload: Sequence[str] = (),
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
     ) -> None:
         if policy not in POLICIES:
@@ -531,7 +529,6 @@ class DockerSandbox(PooledSandbox):
                 described,
                 timeout=timeout,
                 spares=spares,
-                preload=preload,
                 max_tool_calls=max_tool_calls,
             )
         except BaseException:

@@ -39,7 +39,6 @@ class PooledSandbox(Sandbox):
         isolation: str,
         timeout: float = 5.0,
         spares: int = 1,
-        preload: Sequence[str] = (),
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
     ) -> None:
@@ -54,7 +53,7 @@ class PooledSandbox(Sandbox):
         self._timeout = timeout
         self._max_tool_calls = max_tool_calls
         self._max_event_bytes = max_event_bytes
-        self._pool = WorkerPool(PreloadingLauncher(launcher, preload) if preload else launcher, spares)
+        self._pool = WorkerPool(launcher, spares)
         self._sources: list[str] = []
         self._compiled: list[bytes | None] = []
         self._parameters: dict[str, list[str]] = {}
@@ -283,32 +282,6 @@ class PooledSandbox(Sandbox):
 
 class _StepLimitError(SandboxError):
     """A code block went past the host's cap on tool calls or their bytes."""
-
-
-class PreloadingLauncher(Launcher):
-    """Runs shared sources (e.g. a large data set) in each worker before the pool hands it out, so warm
-    spares already hold them and an episode's ``load`` costs only its own sources."""
-
-    def __init__(self, launcher: Launcher, sources: Sequence[str], timeout: float = 120.0) -> None:
-        self._launcher = launcher
-        self._sources = list(sources)
-        self._timeout = timeout
-
-    def start(self) -> WorkerHandle:
-        worker = self._launcher.start()
-        deadline = time.monotonic() + self._timeout
-        try:
-            request_id = worker.connection.request({"op": "preload", "sources": self._sources}, deadline)
-            reply = worker.connection.receive(deadline, request_id)
-        except (WorkerTimeoutError, WorkerCrashedError) as exc:
-            reason = _describe_failure(exc, worker, self._timeout)
-            worker.kill()
-            raise SandboxError(f"preloading the sandbox worker failed: {reason}") from exc
-        if reply["type"] != "preloaded" or reply.get("errors"):
-            worker.kill()
-            problem = str(reply.get("errors") or reply)[:2000]
-            raise SandboxError(f"preloading the sandbox worker failed: {problem}")
-        return worker
 
 
 def _worker_sources(worker: WorkerHandle, sources: list[str], compiled: list[bytes | None]) -> list[Any]:

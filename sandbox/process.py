@@ -10,7 +10,6 @@ import signal
 import subprocess
 import threading
 import warnings
-from collections.abc import Sequence
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
@@ -170,7 +169,7 @@ class PausingConnection(WorkerConnection):
     so that SIGCONT is the worker's only wake-up; continued first, it would wake, find no input yet and
     sleep again until the write."""
 
-    FINAL = frozenset({"result", "loaded", "preloaded", "pong"})
+    FINAL = frozenset({"result", "loaded", "pong"})
     """Messages after which the worker waits for the host's next request."""
 
     pause_pid: int | None = None
@@ -232,7 +231,6 @@ class ProcessSandbox(PooledSandbox):
     ``isolation``: ``auto`` (bwrap, else raw namespaces), ``bwrap``, ``namespaces`` or ``none``;
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
     RestrictedPython inside the worker. ``timeout`` is the default wall-clock limit per call in seconds.
-    ``preload``: sources every worker runs before it is handed out (shared data; see ``PreloadingLauncher``).
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
     ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
@@ -255,7 +253,6 @@ class ProcessSandbox(PooledSandbox):
         open_files: int = 64,
         output_cap: int = 16_384,
         result_cap: int = 65_536,
-        preload: Sequence[str] = (),
         cgroup: str = "auto",
         max_tasks: int = 64,
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
@@ -295,7 +292,6 @@ class ProcessSandbox(PooledSandbox):
                 described,
                 timeout=timeout,
                 spares=spares,
-                preload=preload,
                 max_tool_calls=max_tool_calls,
             )
         except BaseException:

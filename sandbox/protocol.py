@@ -11,8 +11,6 @@ for a request carries that request's ``id``:
 - ``{"op": "load", "sources": [str | {"code": base64}, ...]}`` -> ``{"type": "loaded", "functions": [...],
   "errors": [...], "parameters": {function: [positional parameter names]}}``; ``code`` (the magic number,
   then marshal data, made by the host's ``compile``) only to a worker whose ``bytecode`` it starts with.
-- ``{"op": "preload", "sources": [str, ...]}`` -> ``{"type": "preloaded", "errors": [...]}``: optional, once,
-  before ``load``, sent by the pool before a worker is handed out; ``load`` then runs in that namespace.
 - ``{"op": "call", "name", "arguments"}`` -> a result message
 - ``{"op": "execute", "code", "tools": [name, ...]}``, sent to a second worker of the episode that holds
   no tool code -> zero or more ``{"type": "tool_call", "name", "call": {"args", "kwargs"}}`` events, each

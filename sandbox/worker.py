@@ -614,13 +614,11 @@ class Worker:
         self.output_cap = output_cap
         self.result_cap = result_cap
         self.namespace: dict | None = None
-        self.preloaded: dict | None = None
         self.functions: dict[str, types.FunctionType] = {}
 
     def serve(self) -> None:
         handlers = {
             "ping": self.ping,
-            "preload": self.preload,
             "load": self.load,
             "call": self.call,
             "execute": self.execute,
@@ -636,18 +634,8 @@ class Worker:
     def ping(self, request: dict) -> None:
         self.channel.send({"type": "pong"})
 
-    def preload(self, request: dict) -> None:
-        """Run sources shared by every episode (e.g. data) before the worker is handed out; the episode's
-        ``load`` then starts from this namespace instead of an empty one."""
-        if self.namespace is not None or self.preloaded is not None:
-            self.channel.send({"type": "fatal", "error": "preload must come once, before load"})
-            return
-        self.preloaded = self.policy.globals()
-        errors = self._run_sources(request["sources"], self.preloaded, "preload source")
-        self.channel.send({"type": "preloaded", "errors": errors})
-
-    def _run_sources(self, sources: list, namespace: dict, label: str) -> list:
-        """Execute each source in ``namespace``; one ``"<label> <index>: <error>"`` per failing source.
+    def _run_sources(self, sources: list, namespace: dict) -> list:
+        """Execute each source in ``namespace``; one ``"source <index>: <error>"`` per failing source.
 
         A source is its text, compiled here by the policy, or ``{"code": base64}``: code the host compiled
         for this interpreter (see :meth:`PlainPolicy.load_code`). Every source is compiled or read before
@@ -657,7 +645,7 @@ class Worker:
         codes: list[types.CodeType | BaseException] = []
         for index, source in enumerate(sources):
             try:
-                codes.append(self._code_of(source, f"<tool {label} {index}>"))
+                codes.append(self._code_of(source, f"<tool source {index}>"))
             except BaseException as exc:
                 codes.append(exc)
         for index, code in enumerate(codes):
@@ -667,7 +655,7 @@ class Worker:
                 with _redirected(sink):
                     exec(code, namespace)
             except BaseException as exc:
-                errors.append(f"{label} {index}: {describe_error(exc)}")
+                errors.append(f"source {index}: {describe_error(exc)}")
         return errors
 
     def _code_of(self, source, filename: str) -> types.CodeType:
@@ -682,8 +670,8 @@ class Worker:
         if self.namespace is not None:
             self.channel.send({"type": "fatal", "error": "a worker serves one episode; load was repeated"})
             return
-        namespace = self.preloaded if self.preloaded is not None else self.policy.globals()
-        errors = self._run_sources(request["sources"], namespace, "source")
+        namespace = self.policy.globals()
+        errors = self._run_sources(request["sources"], namespace)
         self.namespace = namespace
         self.functions = {
             name: value

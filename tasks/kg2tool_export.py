@@ -20,7 +20,8 @@ Every task gives four kinds of record, each tagged with ``kind`` and ``task_id``
   answered "Yes", the corrupted one "No". Corrupted responses always differ from the truth as sets.
 
 ``read_trajectory`` parses a trajectory record back into its calls and answer names (the round trip), and
-``validate_record`` checks a record against its format.
+``validate_record`` checks a record against its format. The fixed texts are in
+tasks/prompts/kg2tool_export.yaml.
 """
 
 from __future__ import annotations
@@ -31,22 +32,38 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from hopgym.errors import ConfigError, DataError
+from hopgym.prompts import load_prompts
 from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
 
 EXPORT_FORMATS = ("sharegpt", "alpaca", "openai")
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")
-SYSTEM_PROMPT = "You are an assistant who can utilize external tools."
-TOOL_LIST_INTRO = " You can call the following tools:\n"
-GOAL_QUESTION = "What is your goal at current step?"
-TOOL_QUESTION = "What is the tool name to call at current step?"
-ARGUMENTS_QUESTION = "What are the arguments of the current tool call?"
-CALL_REQUEST = "Call the tool."
-ANSWER_QUESTION = "What is the final answer?"
-PLAN_QUESTION = "Break this query down into subtasks, one per tool call."
-REVIEW_QUESTION = "Does this tool response achieve the current step? Answer Yes or No."
+
+
+class ExportPrompts(TypedDict):
+    system: str
+    tool_list_intro: str
+    goal_question: str
+    tool_question: str
+    arguments_question: str
+    call_request: str
+    answer_question: str
+    plan_question: str
+    review_question: str
+
+
+PROMPTS = load_prompts("hopgym.tasks.prompts", "kg2tool_export.yaml", ExportPrompts)
+SYSTEM_PROMPT = PROMPTS["system"]
+TOOL_LIST_INTRO = PROMPTS["tool_list_intro"]
+GOAL_QUESTION = PROMPTS["goal_question"]
+TOOL_QUESTION = PROMPTS["tool_question"]
+ARGUMENTS_QUESTION = PROMPTS["arguments_question"]
+CALL_REQUEST = PROMPTS["call_request"]
+ANSWER_QUESTION = PROMPTS["answer_question"]
+PLAN_QUESTION = PROMPTS["plan_question"]
+REVIEW_QUESTION = PROMPTS["review_question"]
 CORRUPTIONS = ("drop", "replace", "empty")
 
 _ACTION = "Action: "

@@ -4,7 +4,8 @@ Same structure as the paper's query-generation prompt, in our own words: a role,
 instructions, worked examples, then the instance as JSON with its FOL pattern, its FOL query written with
 the tools' names in place of the KG's relation paths, and each predicate's name, description and subject.
 One rule is ours: every entity must be mentioned exactly as given (with its id where there is one), because
-the tools take those ids. The reply is a JSON object ``{"Natural Language Question": ...}``.
+the tools take those ids. The reply is a JSON object ``{"Natural Language Question": ...}``. The texts are
+in tasks/prompts/kg2tool.yaml.
 """
 
 from __future__ import annotations
@@ -12,78 +13,34 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
+from hopgym.prompts import load_prompts
 from hopgym.tasks.fol import FolTree, pattern_template
 from hopgym.tasks.kg2tool_model import KG2ToolTask
 from hopgym.tasks.kg_tools import GeneratedTool
 
 ANSWER_KEY = "Natural Language Question"
 
-ROLE = (
-    "# Role\nYou translate first-order logic (FOL) queries over a knowledge graph into natural language "
-    "questions, following the guidelines and examples below."
+
+class Example(TypedDict):
+    query: dict[str, Any]
+    question: str
+
+
+class TranslationPrompts(TypedDict):
+    system: str
+    example: str
+    request: str
+    examples: list[Example]
+
+
+PROMPTS = load_prompts(
+    "hopgym.tasks.prompts",
+    "kg2tool.yaml",
+    TranslationPrompts,
+    {"system": ["examples"], "example": ["given", "expected"], "request": ["instance", "answer_key"]},
 )
-INSTRUCTIONS = """## Translation instructions
-A FOL query looks like `q = ?x: pred1(A, a) ∧ pred2(a, x)`: `A` is a constant (an entity), `a` is an \
-existential variable, and each predicate `pred(subject, object)` states that `object` is what the tool \
-`pred` returns for `subject`. The queried variable follows the question mark. `∧` is conjunction, `∨` \
-disjunction and `¬` negation. Each predicate comes with its description and the meaning of its subject.
-
-Guidelines for the question:
-1. Write grammatical, standard English.
-2. Be clear and concise; keep the question straightforward and coherent.
-3. Avoid convoluted structures, but do not omit any step or condition; use clauses for long questions.
-4. Write as a person would ask, accurately and fluently.
-5. The question must be unambiguous.
-6. Do not copy predicate names or descriptions; rephrase what they mean in plain words.
-7. Follow the logical flow: when the object of one predicate is the subject of the next, keep the \
-reference coherent.
-8. Mention every entity exactly as it is written in the query, including any id in parentheses."""
-
-EXAMPLES = [
-    (
-        {
-            "FOL_pattern": "q = ?x: pred1(A, x)",
-            "FOL_query": "q = ?x: people__get_profession_of_person(Fred Willard (/m/01pcbg), x)",
-            "predicates": [
-                {
-                    "predicate_name": "people__get_profession_of_person",
-                    "predicate_description": "Get the profession of a person.",
-                    "subject": {"person": "An entity or a list of them."},
-                }
-            ],
-        },
-        "What is the profession of Fred Willard (/m/01pcbg)?",
-    ),
-    (
-        {
-            "FOL_pattern": "q = ?x: pred1(A, a) ∧ pred2(B, a) ∧ pred3(a, x)",
-            "FOL_query": "q = ?x: people__get_places_lived_of_person(Tanikella Bharani (/m/02qvhbb), a) ∧ "
-            "olympics__get_countries_of_medal(Silver medal (/m/02lq5w), a) ∧ "
-            "people__get_persons_of_nationality(a, x)",
-            "predicates": [
-                {
-                    "predicate_name": "people__get_places_lived_of_person",
-                    "predicate_description": "Get the places where a person has lived.",
-                    "subject": {"person": "An entity or a list of them."},
-                },
-                {
-                    "predicate_name": "olympics__get_countries_of_medal",
-                    "predicate_description": "Find the countries that have won the given Olympic medal.",
-                    "subject": {"medal": "An entity or a list of them."},
-                },
-                {
-                    "predicate_name": "people__get_persons_of_nationality",
-                    "predicate_description": "Find the persons whose nationality is the given country.",
-                    "subject": {"nationality": "An entity or a list of them."},
-                },
-            ],
-        },
-        "Which people are nationals of a country where Tanikella Bharani (/m/02qvhbb) has lived and that "
-        "has also won a Silver medal (/m/02lq5w) at the Olympics?",
-    ),
-]
 
 
 class _Formula:
@@ -152,17 +109,16 @@ def translation_input(
 def translation_messages(instance: Mapping[str, Any]) -> list[dict[str, str]]:
     """The chat messages asking a model to translate one instance."""
     examples = "\n\n".join(
-        f"Given the FOL query:\n```json\n{json.dumps(given, ensure_ascii=False, indent=1)}\n```\n"
-        f"Expected output:\n```json\n{json.dumps({ANSWER_KEY: answer}, ensure_ascii=False)}\n```"
-        for given, answer in EXAMPLES
+        PROMPTS["example"].format(
+            given=json.dumps(example["query"], ensure_ascii=False, indent=1),
+            expected=json.dumps({ANSWER_KEY: example["question"]}, ensure_ascii=False),
+        )
+        for example in PROMPTS["examples"]
     )
-    request = (
-        f"## Let's get started!\nGiven the FOL query:\n```json\n"
-        f"{json.dumps(instance, ensure_ascii=False, indent=1)}\n```\n"
-        f'Give the output after "Expected output:" as one JSON object with the key "{ANSWER_KEY}" and '
-        "nothing else: no reasoning, no explanation.\nExpected output:"
+    request = PROMPTS["request"].format(
+        instance=json.dumps(instance, ensure_ascii=False, indent=1), answer_key=ANSWER_KEY
     )
-    system = f"{ROLE}\n\n{INSTRUCTIONS}\n\n## Examples\n{examples}"
+    system = PROMPTS["system"].format(examples=examples)
     return [{"role": "system", "content": system}, {"role": "user", "content": request}]
 
 

@@ -6,7 +6,6 @@ import copy
 
 import pytest
 
-from hopgym.agents.construct import query_row
 from hopgym.agents.construct_verify import (
     check_backward_compatible,
     check_document,
@@ -18,6 +17,7 @@ from hopgym.agents.construct_verify import (
 )
 from hopgym.errors import DataError
 from hopgym.sandbox import make_sandbox
+from hopgym.tasks.construction_rows import query_row
 
 DOC = {
     "name": "year_of",

@@ -179,13 +179,6 @@ def test_restricted_policy_runs_in_the_container(api: Any) -> None:
         assert box.call("peek", {}).status == "error"
 
 
-def test_preloaded_containers_start_from_the_shared_namespace(api: Any) -> None:
-    with make_sandbox("docker", preload=["SHARED = [41]"], spares=1) as box:
-        for _ in range(2):  # the second episode runs in a container preloaded in the background
-            assert "f" in box.load(["def f():\n    SHARED.append(1)\n    return sum(SHARED)"]).functions
-            assert box.call("f", {}).value == 42
-
-
 def test_close_removes_every_container(api: Any) -> None:
     others = {c["Id"] for c in my_containers(api)}  # the module's sandbox is still open
     box = make_sandbox("docker", spares=2)

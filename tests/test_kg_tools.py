@@ -44,10 +44,10 @@ def fb15k():
 
 @pytest.fixture(scope="module")
 def fb_runtime(fb15k):
-    runtime = KGToolRuntime.preloading(fb15k.kg, watch=False, timeout=30)
-    runtime.load(generate_kg_tools(fb15k.kg, "kg2tool", fb15k.relation_texts))
-    yield runtime
-    runtime.close()
+    with make_sandbox("process", timeout=30) as box:
+        runtime = KGToolRuntime(fb15k.kg, box, watch=False)
+        runtime.load(generate_kg_tools(fb15k.kg, "kg2tool", fb15k.relation_texts))
+        yield runtime
 
 
 # -- generation and committed files ----------------------------------------------------------------------
@@ -201,7 +201,7 @@ def test_next_call_sees_kg_mutations(sandbox):
     assert "kg_best_friend" in {t.name for t in generate_kg_tools(kg, "family")}
 
 
-def test_preloading_runtime_serves_fb15k_tools(fb15k, fb_runtime):
+def test_runtime_serves_fb15k_tools(fb15k, fb_runtime):
     kg = fb15k.kg
     titanic = fb15k.mids_named("Titanic")[0]
     language = kg.relation_id("/film/film/language")
@@ -221,18 +221,6 @@ def test_preloading_runtime_serves_fb15k_tools(fb15k, fb_runtime):
     assert rest == [m for m in expected if m != english]
     unknown = fb_runtime.call("film__get_language_of_film", {"film": "/m/nothing"})
     assert unknown.status == "error" and "unknown entity" in unknown.error
-
-
-def test_preloaded_workers_start_from_the_shared_namespace():
-    with make_sandbox("process", preload=["SHARED = [41]"], spares=1) as preloaded:
-        for _ in range(2):  # the second episode runs in a spare that was preloaded in the background
-            assert "f" in preloaded.load(["def f():\n    SHARED.append(1)\n    return sum(SHARED)"]).functions
-            assert preloaded.call("f", {}).value == 42
-
-
-def test_failing_preload_is_reported():
-    with pytest.raises(SandboxError, match="preload source 0: NameError"):
-        make_sandbox("process", preload=["undefined_name"], spares=0)
 
 
 def test_generated_tool_failing_to_load_is_an_error(sandbox):

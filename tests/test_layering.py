@@ -1,6 +1,6 @@
 """Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < CLI, with
-hopgym's root modules (errors, options, messages, registration) as the shared bottom (docs/contracts.md
-"Layers")."""
+hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom
+(docs/contracts.md "Layers")."""
 
 from __future__ import annotations
 
@@ -15,6 +15,7 @@ LAYERS = {
     "hopgym.errors": 0,
     "hopgym.options": 0,
     "hopgym.messages": 0,
+    "hopgym.prompts": 0,
     "hopgym.tools_generated": 1,
     "hopgym.tasks": 1,
     "hopgym.sandbox": 2,
@@ -31,6 +32,7 @@ ROOT_MODULES = {
     "hopgym.errors",
     "hopgym.options",
     "hopgym.messages",
+    "hopgym.prompts",
     "hopgym.cli",
     "hopgym.commands",
 }

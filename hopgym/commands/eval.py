@@ -7,19 +7,13 @@ import contextlib
 import json
 import re
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError
 
-DEFAULT_TIMEOUT = 120.0
 DEFAULT_CONCURRENCY = 8
-DEFAULT_LOCAL_MAX_TOKENS = 512
-"""The embedded 135M model can ramble until its context is full; cap its replies unless told otherwise."""
-DEFAULT_LOCAL_TIMEOUT = 600.0
-"""llama-cpp's server answers one request at a time and keeps generating for a client that gave up, so a
-short timeout only queues retries behind the abandoned request on a busy CPU."""
 
 
 def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
@@ -156,34 +150,15 @@ def api_base_from(bases: Sequence[str] | None) -> str | tuple[str, ...] | None:
     return bases[0] if len(bases) == 1 else tuple(bases)
 
 
-@contextlib.contextmanager
-def model_endpoint(args: argparse.Namespace) -> Iterator[dict[str, Any]]:
-    """ModelConfig fields naming the model and its server; ``local`` runs the embedded server meanwhile."""
-    if args.model == "local" and getattr(args, "executor", "local") == "ray":
-        raise ConfigError(
-            "--model local serves this machine only; with --executor ray pass --model and --api-base of "
-            "a model server every node can reach"
-        )
-    if args.model != "local":
-        yield {
-            "model": args.model,
-            "api_base": api_base_from(args.api_base),
-            "api_key": args.api_key,
-            "max_tokens": args.max_tokens,
-            "timeout": args.timeout or DEFAULT_TIMEOUT,
-        }
-        return
-    from hopgym.agents.local_server import local_model_string, local_server
+def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    """ModelConfig fields of ``--model`` and its server (agents/endpoint.py); ``local`` runs the embedded
+    server meanwhile."""
+    from hopgym.agents.endpoint import model_endpoint as endpoint
 
-    with local_server() as server:
-        yield {
-            "model": local_model_string(),
-            "api_base": server.api_base,
-            "api_key": "sk-local",
-            "max_tokens": args.max_tokens or DEFAULT_LOCAL_MAX_TOKENS,
-            "timeout": args.timeout or DEFAULT_LOCAL_TIMEOUT,
-            "server_failure": server.failure,
-        }
+    executor = getattr(args, "executor", "local")
+    return endpoint(
+        args.model, api_base_from(args.api_base), args.api_key, args.max_tokens, args.timeout, executor
+    )
 
 
 def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY) -> int:

@@ -3,13 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import dataclasses
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hopgym.errors import ConfigError, DataError
+from hopgym.errors import DataError
 
 if TYPE_CHECKING:
     from hopgym.tasks.kg2tool import KGSource
@@ -74,43 +72,15 @@ def run_sample(args: argparse.Namespace) -> int:
 
 
 def refine_queries(tasks: list[KG2ToolTask], source: KGSource, args: argparse.Namespace) -> list[KG2ToolTask]:
-    """Each task with its query reworded by the model; a reply that is not the expected JSON or drops an
-    entity mention leaves that task's template query in place, and each such task is reported."""
+    """The tasks with their queries reworded by ``--refine-with``; each task that kept its template query
+    is reported."""
+    from hopgym.agents.kg2tool_refine import refine_queries as refine
     from hopgym.agents.model import ModelClient, ModelConfig
     from hopgym.agents.runner import run_to_completion
-    from hopgym.tasks.kg2tool import SolutionBuilder
-    from hopgym.tasks.kg2tool_prompts import (
-        anchor_entities,
-        parse_translation,
-        translation_input,
-        translation_messages,
-    )
 
-    if args.concurrency < 1:
-        raise ConfigError(f"--concurrency must be at least 1, got {args.concurrency}")
     client = ModelClient(ModelConfig(args.refine_with, api_base=args.api_base, api_key=args.api_key))
-    builder = SolutionBuilder(source)
-    limit = asyncio.Semaphore(args.concurrency)
-    refined = list(tasks)
-    problems: list[str] = []
-
-    async def refine(index: int) -> None:
-        task = tasks[index]
-        messages = translation_messages(translation_input(task, builder.relation_tool, source.mention))
-        async with limit:
-            reply = await client.complete(messages)
-        mentions = [source.mention(entity) for entity in anchor_entities(task.fol)]
-        question, problem = parse_translation(reply.message.get("content") or "", mentions)
-        if question is None:
-            problems.append(f"{task.id}: {problem}")
-        else:
-            refined[index] = dataclasses.replace(task, query=question, query_template=task.query)
-
-    async def refine_all() -> None:
-        await asyncio.gather(*(refine(index) for index in range(len(tasks))))
-
-    run_to_completion(refine_all())
-    for problem in sorted(problems):
+    refined, problems = run_to_completion(refine(tasks, source, client, args.concurrency))
+    for problem in problems:
         print(f"kept the template query of {problem}", file=sys.stderr)
     print(f"{len(tasks) - len(problems)} of {len(tasks)} queries reworded by {args.refine_with}")
     return refined

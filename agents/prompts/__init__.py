@@ -1,0 +1,1 @@
+"""The agents' prompts as package data (YAML, loaded and checked by hopgym.prompts)."""

@@ -1,0 +1,1 @@
+"""The tasks' prompts as package data (YAML, loaded and checked by hopgym.prompts)."""

@@ -1,0 +1,105 @@
+"""Every prompt of the package rendered for representative inputs (pinned in fixtures/prompts_rendered.json).
+
+The fixture was written from the prompts as Python strings, before they moved into YAML package data;
+``python tests/prompt_cases.py`` rewrites it from the current code (only when a prompt changes on purpose).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+FIXTURE = Path(__file__).resolve().parent / "fixtures" / "prompts_rendered.json"
+
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "album_release_date_lookup",
+            "description": "Looks up the release date of a music album. ",
+            "parameters": {
+                "type": "object",
+                "properties": {
+                    "album_name": {"type": "string", "description": "Title of the album."},
+                    "format": {"type": "string", "description": "Date format.", "enum": ["iso", "text"]},
+                    "limit": {"type": ["integer", "null"], "description": "At most this many."},
+                },
+                "required": ["album_name"],
+            },
+        },
+    },
+    {
+        "type": "function",
+        "function": {
+            "name": "café_owner",
+            "description": "Who owns a café {with braces}.",
+            "parameters": {"type": "object", "properties": {"name": {"type": "string"}}},
+        },
+    },
+]
+DOCUMENT = TOOLS[0]["function"]
+INSTANCE = {
+    "FOL_pattern": "q = ?x: pred1(A, a) ∧ pred2(a, x)",
+    "FOL_query": "q = ?x: people__get_spouse_of_person(Zoë {Z} (/m/0z), a) ∧ "
+    "people__get_city_of_person(a, x)",
+    "predicates": [
+        {
+            "predicate_name": "people__get_spouse_of_person",
+            "predicate_description": "Get the spouse of a person.",
+            "subject": {"person": "An entity or a list of them."},
+        }
+    ],
+}
+
+
+def rendered() -> dict[str, Any]:
+    """Each prompt, by name, as the package renders it."""
+    from hopgym.agents import codeact, construct_prompts, kgetool_prompts, react
+    from hopgym.agents.base import describe_tools
+    from hopgym.envs import familytool, kgtool, prompts
+    from hopgym.tasks import kg2tool_export, kg2tool_prompts
+
+    names = ", ".join(tool["function"]["name"] for tool in TOOLS)
+    cases: dict[str, Any] = {
+        "envs.toolhop.scenarios": list(prompts.SCENARIOS),
+        **{f"envs.toolhop.{s}": prompts.system_prompt(s) for s in prompts.SCENARIOS},
+        "envs.familytool.system": familytool.SYSTEM_PROMPT,
+        "envs.familytool.system_with_kg_tools": familytool.SYSTEM_PROMPT + familytool.TOOLS_PROMPT,
+        "envs.kgtool.fb15k-237": kgtool._system_prompt("fb15k-237"),
+        "envs.kgtool.family": kgtool._system_prompt("family"),
+        "agents.react.prompt": react.PROMPT.format(tools=describe_tools(TOOLS), names=names),
+        "agents.react.format_reminder": react.FORMAT_REMINDER,
+        "agents.codeact.prompt": codeact.PROMPT.format(signatures=codeact.python_signatures(TOOLS)),
+        "agents.kgetool.extraction": kgetool_prompts.extraction_messages(
+            "<speak>Speaker: Bob</speak> Call my dad {now}.", ["father", "prefer_dinnertime", "wife"]
+        ),
+        "agents.kgetool.extraction_no_relations": kgetool_prompts.extraction_messages("Hi", []),
+        "agents.kgetool.augmented_query": kgetool_prompts.augmented_query(
+            "Call my dad.  ", "([['Bob', 'father', 'Jack']])"
+        ),
+        "agents.kgetool.extraction_stop": list(kgetool_prompts.EXTRACTION_STOP),
+        "agents.construct.creation": construct_prompts.creation_prompt("When did {Abbey Road} come out?"),
+        "agents.construct.refinement": construct_prompts.refinement_prompt(DOCUMENT),
+        "agents.construct.generation": construct_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
+        "agents.construct.generation_unnamed": construct_prompts.generation_prompt({}, "Q", "A"),
+        "agents.construct.retry": construct_prompts.retry_prompt("- the {tool} has no name\n- no call"),
+        "tasks.kg2tool.translation": kg2tool_prompts.translation_messages(INSTANCE),
+        "tasks.kg2tool_export.system": kg2tool_export.SYSTEM_PROMPT,
+        "tasks.kg2tool_export.questions": [
+            kg2tool_export.GOAL_QUESTION,
+            kg2tool_export.TOOL_QUESTION,
+            kg2tool_export.ARGUMENTS_QUESTION,
+            kg2tool_export.CALL_REQUEST,
+            kg2tool_export.ANSWER_QUESTION,
+            kg2tool_export.PLAN_QUESTION,
+            kg2tool_export.REVIEW_QUESTION,
+        ],
+        "tasks.kg2tool_export.system_with_tools": kg2tool_export.system_prompt([DOCUMENT]),
+    }
+    return cases
+
+
+if __name__ == "__main__":
+    FIXTURE.write_text(json.dumps(rendered(), ensure_ascii=False, indent=1) + "\n", encoding="utf-8")
+    print(f"wrote {FIXTURE}")
