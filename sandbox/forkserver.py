@@ -38,6 +38,8 @@ from hopgym.sandbox.process import (
 from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
 
 _CONTROL_MESSAGE_BYTES = 4096
+_CHILD_LOOKUP_SECONDS = 1.0
+"""How long a forked child may stay missing from its parent's list of children before it counts as gone."""
 
 
 class ForkServer:
@@ -112,13 +114,20 @@ class ForkServer:
         return message
 
     def _host_pid_of(self, template_pid: int) -> int:
-        """The host pid of the template's child whose pid in the template's namespace is ``template_pid``."""
-        children = kernelfiles.read(f"/proc/{self._host_pid}/task/{self._host_pid}/children").split()
-        for child in reversed(children):  # the newest child is listed last
-            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
-                if namespace_pid_chain(int(child))[-2] == template_pid:
-                    return int(child)
-        raise SandboxError(f"the fork-server's child {template_pid} is gone")
+        """The host pid of the template's child whose pid in the template's namespace is ``template_pid``.
+
+        The kernel's list of a process's children can skip one while another child exits during the read
+        (an earlier episode's worker, killed at the same time): read again until it shows up."""
+        give_up = time.monotonic() + _CHILD_LOOKUP_SECONDS
+        while True:
+            children = kernelfiles.read(f"/proc/{self._host_pid}/task/{self._host_pid}/children").split()
+            for child in reversed(children):  # the newest child is listed last
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    if namespace_pid_chain(int(child))[-2] == template_pid:
+                        return int(child)
+            if time.monotonic() > give_up:
+                raise SandboxError(f"the fork-server's child {template_pid} is gone")
+            time.sleep(0.001)
 
     def _stop(self) -> str:
         """Kill the template (its workers die with it); what it wrote to stderr, for error messages."""

@@ -18,7 +18,21 @@ os.environ.setdefault(THREADS_VARIABLE, "1")
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of the embedded model run one after another on one worker: two servers at once would share
-    one core and evict nothing from each other's cache, only take twice as long each."""
+    one core and evict nothing from each other's cache, only take twice as long each. The tests of a
+    module with a module-scoped fixture run on one worker too, so that the fixture (a sampled KG, a
+    generated trajectory set: up to a minute) is built once, not once per worker. A group a test names
+    itself is kept."""
     for item in items:
+        if item.get_closest_marker("xdist_group") is not None:
+            continue
         if item.get_closest_marker("model") is not None:
             item.add_marker(pytest.mark.xdist_group(LOCAL_MODEL_GROUP))
+        elif _uses_a_module_fixture(item):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+def _uses_a_module_fixture(item: pytest.Item) -> bool:
+    fixture_info = getattr(item, "_fixtureinfo", None)
+    if fixture_info is None:
+        return False
+    return any(d.scope == "module" for defs in fixture_info.name2fixturedefs.values() for d in defs)
