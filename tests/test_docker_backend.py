@@ -185,7 +185,7 @@ def test_close_removes_every_container(api: Any) -> None:
     box.load(["def f():\n    return 1\n"])
     assert wait_until(lambda: len({c["Id"] for c in my_containers(api)} - others) == 3)
     box.close()
-    assert {c["Id"] for c in list_sandbox_containers(api)} - others == set()
+    assert {c["Id"] for c in my_containers(api)} - others == set()  # other processes may hold their own
 
 
 HOLDER = """
