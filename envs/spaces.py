@@ -105,9 +105,8 @@ def action_problem(action: Any) -> str | None:
         return f"an action's role must be 'assistant', got {role!r}"
     if not isinstance(action.get("content"), (str, type(None))):
         return f"an action's content must be a string or None, got {type(action['content']).__name__}"
-    for key in ("code", "kg_extraction"):
-        if not isinstance(action.get(key), (str, type(None))):
-            return f"an action's {key!r} must be a string, got {type(action[key]).__name__}"
+    if not isinstance(action.get("code"), (str, type(None))):
+        return f"an action's 'code' must be a string, got {type(action['code']).__name__}"
     calls = action.get("tool_calls")
     if calls is None:
         return None

@@ -26,6 +26,7 @@ DATA_FOLDER = "familytool"
 Variant = Literal["b", "e"]
 VARIANTS: tuple[Variant, ...] = get_args(Variant)
 EXTRA_INFO_MARKER = "The extra information for the query is"
+"""The dataset's and the official pipeline's wording (the paper's prose says "for this query")."""
 
 _SPEAKER_TAG = re.compile(r"^\s*<speak>\s*(?P<label>[^:<]*):(?P<name>[^<]*)</speak>")
 

@@ -75,7 +75,7 @@ def rendered() -> dict[str, Any]:
             "<speak>Speaker: Bob</speak> Call my dad {now}.", ["father", "prefer_dinnertime", "wife"]
         ),
         "agents.kgetool.extraction_no_relations": kgetool_prompts.extraction_messages("Hi", []),
-        "agents.kgetool.augmented_query": kgetool_prompts.augmented_query(
+        "envs.familytool.extraction_query": familytool.extraction_query(
             "Call my dad.  ", "([['Bob', 'father', 'Jack']])"
         ),
         "agents.kgetool.extraction_stop": list(kgetool_prompts.EXTRACTION_STOP),

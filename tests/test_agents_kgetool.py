@@ -1,4 +1,4 @@
-"""The KGETool agent end to end: the runner, the real FamilyTool-v0 env (kg="none", familytool-b) and a
+"""The KGETool agent end to end: the runner, the real FamilyTool-v0 env (kg="extract", familytool-b) and a
 scripted model server on 127.0.0.1 that writes KG.search lines with made-up relations.
 
 Row KGMTUbench_0 (speaker Bob): "I'd like to cancel alarms during my mom's preferred dining time.", gold
@@ -9,6 +9,7 @@ cancel_alarm(label="dinnertime_0002"). The model writes "mom" (made up) for "mot
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -59,13 +60,14 @@ def scripted(extraction_reply: str, tool_use_reply: str):
 
 
 def run_row(tmp_path: Path, policy, env_kwargs: dict[str, Any] | None = None, **agent_options: Any):
-    """(the episode record, every request the model server received) for the first FamilyTool-b row."""
+    """(the episode record, every request the model server received, the summary) for the first
+    FamilyTool-b row; extraction is configured on the env only."""
     with ScriptedModelServer(policy) as server:
         config = EvalConfig(
             out=tmp_path / "run",
             model=ModelConfig(server.model, api_base=server.api_base, api_key="sk-test", backoff_base=0.01),
             env_id="FamilyTool-v0",
-            env_kwargs={"variant": "b", "kg": "none", **(env_kwargs or {})},
+            env_kwargs={"variant": "b", "kg": "extract", **(env_kwargs or {})},
             agent="kgetool",
             agent_options=agent_options,
             limit=1,
@@ -82,10 +84,9 @@ def run_row(tmp_path: Path, policy, env_kwargs: dict[str, Any] | None = None, **
 @pytest.mark.parametrize("mode", ["exact", "greedy", "retrieval"])
 def test_each_extraction_mode_end_to_end(tmp_path: Path, mode: str) -> None:
     retriever = f"{__name__}:mom_retriever" if mode == "retrieval" else None
-    options = {"extraction": mode, **({"retriever": retriever} if retriever else {})}
     env_kwargs = {"extraction": mode, **({"retriever": retriever} if retriever else {})}
     reply = f"<output>\n<thought>mom is the mother</thought>\n<api_call>\n{SEARCH}\n</api_call>\n"
-    record, requests, summary = run_row(tmp_path, scripted(reply, GOLD_CALL), env_kwargs, **options)
+    record, requests, summary = run_row(tmp_path, scripted(reply, GOLD_CALL), env_kwargs)
 
     extraction_request, tool_request = requests
     assert is_extraction(extraction_request) and extraction_request["messages"][1]["content"] == (
@@ -100,7 +101,8 @@ def test_each_extraction_mode_end_to_end(tmp_path: Path, mode: str) -> None:
     ]
     assert {tool["function"]["name"] for tool in tool_request["tools"]} >= {"cancel_alarm", "set_alarm"}
 
-    assert record["agent"]["kg_subkg"] == EXPECTED[mode]
+    assert record["agent"]["kg_subkg"] == EXPECTED[mode] and record["agent"]["kg_response"] == reply
+    assert record["turns"] == 2  # the extraction turn, then the tool-use turn
     assert record["agent"]["kg_calls"] == [{"start": "Bob", "path": ["mom", "prefer_dinnertime"]}]
     assert record["agent"]["raw_json_tool_calls"] == 1 and record["agent"]["model_turns"] == 2
     assert [(c["name"], c["arguments"]) for c in record["calls"]] == [
@@ -140,14 +142,19 @@ def test_no_search_call_is_a_format_error(tmp_path: Path) -> None:
     assert record["metrics"]["kg_format_error"] == 1.0 and record["metrics"]["kg_no_hallucination"] is None
 
 
-def test_bad_options_name_the_valid_values() -> None:
+def test_extraction_options_belong_to_the_env_only() -> None:
     client = ModelClient(ModelConfig("openai/scripted", api_base="http://127.0.0.1:9/v1"))
-    with pytest.raises(ConfigError, match="exact, greedy, retrieval"):
-        KGEToolAgent(client, extraction="fuzzy")
-    with pytest.raises(ConfigError, match="only with extraction=retrieval"):
-        KGEToolAgent(client, extraction="greedy", retriever="m:f")
-    with pytest.raises(ConfigError, match="top_k"):
-        KGEToolAgent(client, top_k=0)
+    with pytest.raises(ConfigError, match=re.escape("--env-arg extraction=... --env-arg top_k=...")):
+        KGEToolAgent(client, extraction="retrieval", top_k=2)
+    with pytest.raises(ConfigError, match=r"no option 'kg_modle' \(valid: kg_model, kg_api_base\)"):
+        KGEToolAgent(client, kg_modle="openai/x")
+    with pytest.raises(ConfigError, match="kg_api_base needs kg_model"):
+        KGEToolAgent(client, kg_api_base="http://127.0.0.1:9/v1")
+
+
+def test_the_agent_needs_the_extract_mode(tmp_path: Path) -> None:
+    with pytest.raises(AssertionError, match="kg='extract'"):
+        run_row(tmp_path, scripted(SEARCH, GOLD_CALL), {"kg": "none"})
 
 
 def test_hopgym_eval_prints_the_paper_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -155,7 +162,7 @@ def test_hopgym_eval_prints_the_paper_tables(tmp_path: Path, capsys: pytest.Capt
     with ScriptedModelServer(policy) as server:
         argv = ["eval", "--env", "FamilyTool-v0", "--agent", "kgetool", "--model", server.model]
         argv += ["--api-base", server.api_base, "--api-key", "sk-test", "--out", str(tmp_path / "cli")]
-        argv += ["--env-arg", "variant=b", "--env-arg", "kg=none", "--agent-arg", "extraction=greedy"]
+        argv += ["--env-arg", "variant=b", "--env-arg", "kg=extract", "--env-arg", "extraction=greedy"]
         argv += ["--limit", "2", "--no-progress"]
         assert main(argv) == 0
     printed = capsys.readouterr().out

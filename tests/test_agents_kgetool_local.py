@@ -29,13 +29,13 @@ def test_kgetool_with_the_local_model_on_real_rows(
     assert not _MISSING, f"CI must install the local model (.ci/build-llama-wheel.sh); missing: {_MISSING}"
     out = tmp_path / "local"
     argv = ["eval", "--env", "FamilyTool-v0", "--agent", "kgetool", "--model", "local", "--out", str(out)]
-    argv += ["--env-arg", "variant=b", "--env-arg", "kg=none", "--limit", str(ROWS), "--max-tokens", "256"]
+    argv += ["--env-arg", "variant=b", "--env-arg", "kg=extract", "--limit", str(ROWS), "--max-tokens", "256"]
     assert main([*argv, "--no-progress"]) == 0
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == ROWS and all(record["error"] is None for record in records)
     keys = ("tool_em", "tool_acc", "value_acc", "kg_em", "kg_f1", "kg_coverage", "kg_format_error")
     for record in records:
-        assert record["terminated"] and record["agent"]["model_turns"] == 2
+        assert record["terminated"] and record["agent"]["model_turns"] == 2 and record["turns"] == 2
         assert isinstance(record["agent"]["kg_response"], str) and isinstance(
             record["agent"]["kg_subkg"], str
         )

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import collections
 import json
+import pickle
 
 import gymnasium as gym
 import pytest
 from gymnasium.utils.env_checker import check_env
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.envs.familytool import FamilyToolEnv
+from hopgym.envs.familytool import SYSTEM_PROMPT, FamilyToolEnv, bare_query
 from hopgym.envs.familytool_metrics import aggregate_metrics
-from hopgym.errors import ActionError, ConfigError, HopgymError
+from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER
 
@@ -29,11 +30,16 @@ def tool_call(name, arguments, call_id="c1"):
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
 
 
-def reply(*calls, kg_extraction=None):
-    message = {"role": "assistant", "content": None, "tool_calls": list(calls)}
-    if kg_extraction is not None:
-        message["kg_extraction"] = kg_extraction
-    return message
+def reply(*calls):
+    return {"role": "assistant", "content": None, "tool_calls": list(calls)}
+
+
+def extracted_then(env, search_text, action):
+    """The kg="extract" episode: the KG.search turn, then ``action``; the final step's result."""
+    observation, reward, terminated, truncated, info = env.step({"role": "assistant", "content": search_text})
+    assert (reward, terminated, truncated) == (0.0, False, False) and "extraction" in info
+    assert EXTRA_INFO_MARKER in observation["messages"][1]["content"]
+    return env.step(action)
 
 
 def gold_search_text(task):
@@ -55,18 +61,18 @@ def gold_search_text(task):
     return "\n".join(lines)
 
 
-def gold_reply(task, **extra):
-    return reply(tool_call(task.gold_call.name, dict(task.gold_call.arguments)), **extra)
+def gold_reply(task):
+    return reply(tool_call(task.gold_call.name, dict(task.gold_call.arguments)))
 
 
 @pytest.mark.parametrize("variant", ["b", "e"])
 def test_gold_oracle_scores_100_on_every_metric(variant):
-    env = gym.make("FamilyTool-v0", variant=variant, kg="gold")
+    env = gym.make("FamilyTool-v0", variant=variant, kg="extract")
     records = []
     for index, task in enumerate(env.unwrapped.tasks):
         env.reset(options={"index": index})
-        _, reward, terminated, _, info = env.step(gold_reply(task, kg_extraction=gold_search_text(task)))
-        assert terminated and reward == 1.0 and info["correct"], task.id
+        _, reward, terminated, _, info = extracted_then(env, gold_search_text(task), gold_reply(task))
+        assert info["turn"] == 2 and terminated and reward == 1.0 and info["correct"], task.id
         records.append({"metrics": info["metrics"]})
     summary = aggregate_metrics(records)
     assert summary["episodes"] == summary["kg_episodes"] == len(env.unwrapped.tasks)
@@ -77,14 +83,14 @@ def test_gold_oracle_scores_100_on_every_metric(variant):
 
 
 def test_deliberately_wrong_oracles_do_not_score_100():
-    env = gym.make("FamilyTool-v0", variant="e", kg="gold")
+    env = gym.make("FamilyTool-v0", variant="e", kg="extract")
     records = []
     for index, task in enumerate(env.unwrapped.tasks[:40]):
         env.reset(options={"index": index})
         arguments = {key: "nothing_0000" for key in task.gold_call.arguments}
         wrong_values = reply(tool_call(task.gold_call.name, arguments))
         first_hop_only = f"KG.search(start={task.gold_subkg[0][0]}, path=[{task.gold_subkg[0][1]}])"
-        records.append({"metrics": env.step({**wrong_values, "kg_extraction": first_hop_only})[4]["metrics"]})
+        records.append({"metrics": extracted_then(env, first_hop_only, wrong_values)[4]["metrics"]})
     summary = aggregate_metrics(records)
     assert summary["tool_acc"] == 1.0 and summary["tool_em"] == 0.0 and summary["value_acc"] == 0.0
     assert summary["kg_em"] == 0.0 and summary["kg_coverage"] < 1.0 and 0 < summary["kg_f1"] < 1
@@ -109,7 +115,7 @@ def test_prompts_per_kg_mode():
     assert by_mode["full"].startswith(by_mode["none"]) and by_mode["full"].count("], [") == 491 - 1
 
 
-@pytest.mark.parametrize("mode", ["gold", "none", "full", "tools"])
+@pytest.mark.parametrize("mode", ["gold", "none", "full", "tools", "extract"])
 def test_check_env_passes(mode, sandbox):
     env = FamilyToolEnv(variant="b", kg=mode, sandbox=sandbox)
     check_env(env)
@@ -186,22 +192,25 @@ def test_inductive_kg_changes_reach_tools_prompts_and_extraction(sandbox):
     full = FamilyToolEnv(variant="e", kg="full")
     full.kg.add("Jack", "best_friend", "Zoe")
     assert "[Jack, best_friend, Zoe]" in full.reset(options={"index": 0})[0]["messages"][1]["content"]
-    action = gold_reply(full.tasks[0], kg_extraction="KG.search(start=Jack, path=[best_friend])")
-    metrics = full.step(action)[4]["metrics"]
+    extracting = FamilyToolEnv(variant="e", kg="extract")
+    extracting.kg.add("Jack", "best_friend", "Zoe")
+    assert "best_friend" in extracting.reset(options={"index": 0})[1]["relations"]
+    search = "KG.search(start=Jack, path=[best_friend])"
+    metrics = extracted_then(extracting, search, gold_reply(extracting.tasks[0]))[4]["metrics"]
     assert metrics["kg_no_hallucination"] == 1.0 and metrics["kg_f1"] == 0.0
 
 
 def test_extraction_metrics_through_the_env_for_a_made_up_relation():
-    env = FamilyToolEnv(variant="e", kg="gold")
+    env = FamilyToolEnv(variant="e", kg="extract")
     task = env.reset(options={"task_id": "KGMTUbench_0"})[1]
     text = "<think>KG.search(start=Jack, path=[father, favourite_pickup])</think>"
-    metrics = env.step(gold_reply(env.tasks[0], kg_extraction=text))[4]["metrics"]
+    metrics = extracted_then(env, text, gold_reply(env.tasks[0]))[4]["metrics"]
     out_degree = len(env.kg.out_edges("William"))  # greedy: the walked triple plus every edge of William
     assert task["task_id"] == "KGMTUbench_0"
     assert metrics["kg_f1"] == pytest.approx(2 * (2 / (out_degree + 1)) / (2 / (out_degree + 1) + 1))
     assert (metrics["kg_no_hallucination"], metrics["kg_coverage"], metrics["kg_em"]) == (0.0, 1.0, 0.0)
     env.reset(options={"task_id": "KGMTUbench_0"})
-    unknown_start = env.step(gold_reply(env.tasks[0], kg_extraction="KG.search(start=Nobody, path=[father])"))
+    unknown_start = extracted_then(env, "KG.search(start=Nobody, path=[father])", gold_reply(env.tasks[0]))
     assert unknown_start[4]["metrics"]["kg_format_error"] == 1.0
     assert unknown_start[4]["metrics"]["kg_no_hallucination"] is None
 
@@ -213,16 +222,16 @@ def test_retrieval_extraction_uses_the_injected_retriever():
         asked.append((relation, k))
         return ["prefer_pickup_location"]
 
-    env = FamilyToolEnv(variant="e", kg="gold", extraction="retrieval", retriever=retriever, top_k=2)
+    env = FamilyToolEnv(variant="e", kg="extract", extraction="retrieval", retriever=retriever, top_k=2)
     env.reset(options={"task_id": "KGMTUbench_0"})
     text = "KG.search(start=Jack, path=[father, favourite_pickup_spot])"
-    metrics = env.step(gold_reply(env.tasks[0], kg_extraction=text))[4]["metrics"]
+    metrics = extracted_then(env, text, gold_reply(env.tasks[0]))[4]["metrics"]
     assert asked == [("favourite_pickup_spot", 2)]
     assert metrics["kg_em"] == 1.0 and metrics["kg_no_hallucination"] == 1.0
 
 
 def test_bad_options_name_the_valid_values():
-    with pytest.raises(ConfigError, match="gold, none, full, tools"):
+    with pytest.raises(ConfigError, match="gold, none, full, tools, extract"):
         FamilyToolEnv(kg="everything")
     with pytest.raises(ConfigError, match="exact, greedy, retrieval"):
         FamilyToolEnv(extraction="fuzzy")
@@ -230,7 +239,45 @@ def test_bad_options_name_the_valid_values():
         FamilyToolEnv(variant="x")
     with pytest.raises(ConfigError, match="module:function"):
         FamilyToolEnv(extraction="retrieval", retriever="no_such_module:f")
-    env = FamilyToolEnv(kg="gold")
-    env.reset(options={"index": 0})
-    with pytest.raises(ActionError, match="kg_extraction"):
-        env.step({"role": "assistant", "content": "", "kg_extraction": ["Jack", "father"]})
+    with pytest.raises(ConfigError, match="only with extraction=retrieval"):
+        FamilyToolEnv(kg="extract", retriever="m:f")
+    with pytest.raises(ConfigError, match="top_k"):
+        FamilyToolEnv(kg="extract", extraction="retrieval", retriever=lambda r, rs, k: rs[:k], top_k=0)
+
+
+def test_extract_mode_turns_the_search_text_into_the_tool_use_prompt():
+    env = FamilyToolEnv(variant="e", kg="extract")
+    observation, info = env.reset(options={"task_id": "KGMTUbench_0"})
+    query = observation["messages"][1]["content"]
+    assert query == bare_query(env.tasks[0]) and info["relations"] == env.kg.relations()
+    assert "father" in info["relations"] and "extraction" not in info
+    search = "<think>the father</think>KG.search(start=Jack, path=[father, prefer_pickup_location])"
+    observation, _, _, _, info = env.step(search)
+    subkg = "([['Jack', 'father', 'William'], ['William', 'prefer_pickup_location', 'pickup_location_0007']])"
+    assert observation["messages"] == [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": f"{query} {EXTRA_INFO_MARKER} {subkg}."},
+    ]
+    assert info["extraction"] == {
+        "subkg": subkg,
+        "calls": [{"start": "Jack", "path": ["father", "prefer_pickup_location"]}],
+    }
+    assert "relations" not in info and info["turn"] == 1 and info["calls"] == []
+    _, reward, terminated, _, info = env.step(gold_reply(env.tasks[0]))
+    assert terminated and reward == 1.0 and info["turn"] == 2
+    assert info["metrics"]["kg_em"] == 1.0 and info["metrics"]["kg_format_error"] == 0.0
+
+
+def fixed_retriever(relation, relations, k):
+    return ["prefer_pickup_location"]
+
+
+def test_an_extracting_env_copies_with_its_retriever():
+    spec = f"{__name__}:fixed_retriever"
+    env = FamilyToolEnv(variant="e", kg="extract", extraction="retrieval", retriever=spec)
+    env.reset(options={"task_id": "KGMTUbench_0"})
+    twin = pickle.loads(pickle.dumps(env))
+    assert twin.retriever is fixed_retriever
+    text = "KG.search(start=Jack, path=[father, favourite_pickup_spot])"
+    metrics = extracted_then(twin, text, gold_reply(twin.tasks[0]))[4]["metrics"]
+    assert metrics["kg_em"] == 1.0

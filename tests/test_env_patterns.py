@@ -76,7 +76,6 @@ BAD_ACTIONS = [
     ({"role": "assistant", "content": "", "tool_calls": [{"id": "c"}]}, "has no 'name'"),
     ({"role": "assistant", "content": "", "tool_calls": [{"function": "f"}]}, r"'function'\] must be a dict"),
     ({"role": "assistant", "content": "", "code": 7}, "'code' must be a string"),
-    ({"role": "assistant", "content": "x", "kg_extraction": ["KG"]}, "'kg_extraction' must be a string"),
     (42, "got int"),
 ]
 

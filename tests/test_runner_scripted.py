@@ -214,7 +214,7 @@ def test_a_run_whose_every_episode_fails_outside_the_model_ends_recorded_and_exi
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert last_line(done.stderr).startswith("hopgym: error: no episode reached the model (5 of 5 episodes")
-    assert "info['live_kg']" in last_line(done.stderr)
+    assert "info['relations']" in last_line(done.stderr)
     records = read_records(out)
     assert sorted(r["index"] for r in records) == [0, 1, 2, 3, 4]
     assert all("ConfigError" in r["error"] for r in records)

