@@ -29,10 +29,15 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, DockerUnavailableError, SandboxError, SandboxImageMissingError
-from hopgym.sandbox.isolation import WorkerLimits
-from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
-from hopgym.sandbox.process import POLICIES
+from hopgym.sandbox.limits import (
+    DEFAULT_MAX_TOOL_CALLS,
+    DEFAULT_TIMEOUT,
+    SandboxLimits,
+    cgroup_memory_bytes,
+    check_policy,
+)
+from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
+from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import WorkerConnection, reply_cap
 
 DEFAULT_IMAGE = "hopgym-sandbox:latest"
@@ -315,16 +320,6 @@ class _SocketWriter:
 # ----------------------------------------------------------------------------------------------- launcher
 
 
-@dataclass(frozen=True)
-class ContainerLimits:
-    """Limits the engine enforces on each container (on top of the worker's own rlimits)."""
-
-    memory_mb: int = 1024
-    cpus: float = 1.0
-    pids: int = 64
-    tmpfs_mb: int = 64
-
-
 class DockerLauncher(Launcher):
     """Starts one worker container, attached over stdin/stdout, and waits for its ready message."""
 
@@ -332,15 +327,15 @@ class DockerLauncher(Launcher):
         self,
         api: Any,
         image: str,
-        worker_config: dict[str, Any],
-        limits: ContainerLimits,
+        limits: SandboxLimits,
+        policy: str | None = None,
         runtime: str | None = None,
-        start_timeout: float = 30.0,
     ) -> None:
         self._api = api
-        self._reply_cap = reply_cap(worker_config["result_cap"], worker_config["output_cap"])
+        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
         self._image = image
-        self._command = [json.dumps(worker_config)]
+        # The container itself provides the namespaces; the worker adds rlimits, seccomp and the policy.
+        self._command = [json.dumps(limits.worker_config(seccomp=True, policy=policy))]
         self._labels = {SANDBOX_LABEL: "1", OWNER_LABEL: _this_process().label()}
         self._host_config = api.create_host_config(
             network_mode="none",
@@ -349,15 +344,15 @@ class DockerLauncher(Launcher):
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             # The worker's address-space rlimit stops it first; this also bounds tmpfs files and init.
-            mem_limit=f"{limits.memory_mb + limits.tmpfs_mb + 64}m",
-            memswap_limit=f"{limits.memory_mb + limits.tmpfs_mb + 64}m",
+            mem_limit=cgroup_memory_bytes(limits),
+            memswap_limit=cgroup_memory_bytes(limits),
             nano_cpus=int(limits.cpus * 1e9),
-            pids_limit=limits.pids,
+            pids_limit=limits.max_tasks,
             init=True,
             runtime=runtime,
             log_config={"type": "none"},  # the protocol must not be copied to the engine's logs
         )
-        self._start_timeout = start_timeout
+        self._start_timeout = limits.start_timeout
         self._removals = ThreadPoolExecutor(max_workers=1, thread_name_prefix="hopgym-docker-remove")
         self._pending: set[Future] = set()
 
@@ -401,7 +396,7 @@ class DockerLauncher(Launcher):
         )
         try:
             handle.info = {**await_ready(connection, self._start_timeout), "container": container_id}
-            _check_hardening(handle.info)
+            check_hardening(handle.info, drops_root=True, seccomp=True)
         except SandboxError as exc:
             handle.kill()
             raise SandboxError(f"{exc}{relay.stderr_text()}") from exc
@@ -456,16 +451,6 @@ class DockerLauncher(Launcher):
         return exit_status
 
 
-def _check_hardening(info: dict[str, Any]) -> None:
-    """Refuse a worker that reports weaker hardening than the backend promises."""
-    if info.get("uid") in (0, None):
-        raise SandboxError(
-            f"the sandbox container runs its worker as uid {info.get('uid')}, not a non-root user"
-        )
-    if info.get("seccomp") is not True:
-        raise SandboxError("the sandbox container's worker did not install its seccomp filter")
-
-
 # ------------------------------------------------------------------------------------------------ sandbox
 
 
@@ -474,7 +459,8 @@ class DockerSandbox(PooledSandbox):
 
     ``image``: the image tag (see ``hopgym sandbox build``); ``runtime``: a container runtime registered
     with the engine, e.g. ``"runsc"`` for gVisor (an error when absent); ``spares``: containers kept
-    started and ready (one episode uses one); ``timeout``: the default wall-clock limit per call.
+    started and ready (one episode uses one); ``timeout``: the wall-clock limit of a ``load`` and the
+    default one of a call (``load_timeout``, ``call_timeout``: one of them apart).
     ``memory_mb``, ``cpu_seconds``, ``file_mb``, ``open_files``: the worker's rlimits (``memory_mb`` also
     sizes the container's memory cgroup); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits.
     ``policy="restricted"`` adds RestrictedPython inside the worker. ``max_tool_calls``: tool calls one
@@ -486,7 +472,7 @@ class DockerSandbox(PooledSandbox):
         image: str = DEFAULT_IMAGE,
         runtime: str | None = None,
         policy: str | None = None,
-        timeout: float = 5.0,
+        timeout: float = DEFAULT_TIMEOUT,
         spares: int = 1,
         memory_mb: int = 1024,
         cpu_seconds: int = 60,
@@ -499,38 +485,36 @@ class DockerSandbox(PooledSandbox):
         result_cap: int = 65_536,
         start_timeout: float = 30.0,
         max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
+        load_timeout: float | None = None,
+        call_timeout: float | None = None,
     ) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
-        if spares < 0:
-            raise ConfigError(f"spares must be 0 or more containers kept ready, got {spares!r}")
-        api = connect_engine()
-        require_image(api, image)
-        require_runtime(api, runtime)
-        reap_stale_containers(api)
-        worker_limits = WorkerLimits(
+        check_policy(policy)
+        limits = SandboxLimits.of(
+            timeout,
+            load_timeout,
+            call_timeout,
+            start_timeout=start_timeout,
             memory_mb=memory_mb,
             cpu_seconds=cpu_seconds,
             file_mb=file_mb,
             open_files=open_files,
+            tmpfs_mb=tmpfs_mb,
             output_cap=output_cap,
             result_cap=result_cap,
+            max_tasks=pids,
+            cpus=cpus,
+            max_tool_calls=max_tool_calls,
         )
-        # The container itself provides the namespaces; the worker adds rlimits, seccomp and the policy.
-        worker_config = worker_limits.worker_config(seccomp=True, policy=policy)
-        container_limits = ContainerLimits(memory_mb=memory_mb, cpus=cpus, pids=pids, tmpfs_mb=tmpfs_mb)
-        self._launcher = DockerLauncher(api, image, worker_config, container_limits, runtime, start_timeout)
+        api = connect_engine()
+        require_image(api, image)
+        require_runtime(api, runtime)
+        reap_stale_containers(api)
+        self._launcher = DockerLauncher(api, image, limits, policy, runtime)
         described = (
             f"docker{f'[{runtime}]' if runtime else ''}+seccomp+rlimits{'+restricted' if policy else ''}"
         )
         try:
-            super().__init__(
-                self._launcher,
-                described,
-                timeout=timeout,
-                spares=spares,
-                max_tool_calls=max_tool_calls,
-            )
+            super().__init__(self._launcher, described, spares=spares, limits=limits)
         except BaseException:
             self._launcher.close()
             raise
