@@ -21,7 +21,7 @@ def make_sandbox(backend: str = "process", **options: Any) -> Sandbox:
 
         backend_class: type[Sandbox] = ProcessSandbox
     elif backend == "docker":
-        backend_class = importlib.import_module("hopgym.sandbox.docker_backend").DockerSandbox
+        backend_class = importlib.import_module("hopgym.sandbox.docker.backend").DockerSandbox
     else:
         raise ConfigError(f"sandbox backend {backend!r} is unknown; valid: {', '.join(BACKENDS)}")
     check_keywords(backend_class.__init__, options, f"the {backend} sandbox (sandbox_options)")

@@ -20,16 +20,14 @@ import pytest
 
 from hopgym.errors import ConfigError, DockerUnavailableError, SandboxImageMissingError
 from hopgym.sandbox import make_sandbox
-from hopgym.sandbox.docker_backend import (
-    CONTAINER_USER,
+from hopgym.sandbox.docker.backend import CONTAINER_USER, DockerSandbox
+from hopgym.sandbox.docker.containers import (
     OWNER_LABEL,
-    DockerSandbox,
     ProcessIdentity,
-    connect_engine,
     list_sandbox_containers,
     owner_is_gone,
-    require_image,
 )
+from hopgym.sandbox.docker.engine import connect_engine, require_image
 
 pytestmark = pytest.mark.docker
 
