@@ -21,11 +21,10 @@ from hopgym.errors import (
     WorkerTimeoutError,
 )
 from hopgym.sandbox.base import CALL_STATUSES, CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
-from hopgym.sandbox.limits import (
-    DEFAULT_MAX_TOOL_CALLS as DEFAULT_MAX_TOOL_CALLS,
-)  # the attack suite's import
-from hopgym.sandbox.limits import SandboxLimits
+from hopgym.sandbox.limits import DEFAULT_MAX_TOOL_CALLS, SandboxLimits
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
+
+__all__ = ["DEFAULT_MAX_TOOL_CALLS", "PooledSandbox"]  # the cap execute() applies unless told otherwise
 
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 """Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
