@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, TypedDict
 
 from hopgym.errors import ConfigError
 
@@ -23,6 +23,26 @@ DEFAULT_MAX_EVENT_BYTES = 4 << 20
 """Bytes of tool-call events (arguments and values) one code block may send to the host."""
 CGROUP_HEADROOM_MB = 64
 """Room above the rlimit and /tmp for the interpreter, its init and the kernel's own use."""
+
+
+class LimitOptions(TypedDict, total=False):
+    """The limits every backend takes as keyword options (``sandbox_options``), typed for its
+    ``**limits: Unpack[LimitOptions]``; each is a :class:`SandboxLimits` field of the same name, but
+    ``timeout``: the deadline of both loads and calls (see :meth:`SandboxLimits.of`)."""
+
+    timeout: float
+    load_timeout: float
+    call_timeout: float
+    memory_mb: int
+    cpu_seconds: int
+    file_mb: int
+    open_files: int
+    output_cap: int
+    result_cap: int
+    max_tool_calls: int
+
+
+LIMIT_OPTIONS = tuple(LimitOptions.__annotations__)
 
 
 @dataclass(frozen=True)

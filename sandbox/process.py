@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import kernelfiles
@@ -22,13 +22,7 @@ from hopgym.sandbox.isolation import (
     worker_command,
     worker_view,
 )
-from hopgym.sandbox.limits import (
-    DEFAULT_MAX_TOOL_CALLS,
-    DEFAULT_TIMEOUT,
-    SandboxLimits,
-    cgroup_memory_bytes,
-    check_policy,
-)
+from hopgym.sandbox.limits import LimitOptions, SandboxLimits, cgroup_memory_bytes, check_policy
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
 from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
@@ -37,6 +31,8 @@ STARTS = ("auto", "spawn", "fork")
 """How each worker starts: a new interpreter under a new bwrap (``spawn``), or forked from a warm template
 (``fork``, see :mod:`hopgym.sandbox.forkserver`; root only, bwrap or namespaces); ``auto``: ``fork`` where
 it can work, else ``spawn``, saying why in a log record and in the report (``start_fallback``)."""
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 _log = logging.getLogger(__name__)
 _FALLBACKS_LOGGED: set[str] = set()
 _BWRAP_SIGNAL_BASE = 128
@@ -224,11 +220,10 @@ class ProcessSandbox(PooledSandbox):
 
     ``isolation``: ``auto`` (bwrap, else raw namespaces), ``bwrap``, ``namespaces`` or ``none``;
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
-    RestrictedPython inside the worker. ``timeout``: the wall-clock limit in seconds of a ``load`` and
-    the default one of a call; ``load_timeout`` and ``call_timeout`` set one of them apart.
+    RestrictedPython inside the worker. ``options``: the limits of :class:`LimitOptions` (``timeout``,
+    ``memory_mb`` ...; defaults: :class:`SandboxLimits`').
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
-    ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
     ``start``: ``fork`` (forked from a warm template with the same isolation; see
     :mod:`hopgym.sandbox.forkserver`), ``spawn`` (a new interpreter per worker) or ``auto`` (``fork`` where
     it can work: root and isolation ``bwrap`` or ``namespaces``; else ``spawn``, logged and reported).
@@ -240,35 +235,14 @@ class ProcessSandbox(PooledSandbox):
         isolation: str = "auto",
         seccomp: bool = True,
         policy: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
         spares: int = 1,
-        memory_mb: int = 512,
-        cpu_seconds: int = 60,
-        file_mb: int = 16,
-        open_files: int = 64,
-        output_cap: int = 16_384,
-        result_cap: int = 65_536,
         cgroup: str = "auto",
         max_tasks: int = 64,
-        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         start: str = "auto",
-        load_timeout: float | None = None,
-        call_timeout: float | None = None,
+        **options: Unpack[LimitOptions],
     ) -> None:
         check_policy(policy)
-        limits = SandboxLimits.of(
-            timeout,
-            load_timeout,
-            call_timeout,
-            memory_mb=memory_mb,
-            cpu_seconds=cpu_seconds,
-            file_mb=file_mb,
-            open_files=open_files,
-            output_cap=output_cap,
-            result_cap=result_cap,
-            max_tasks=max_tasks,
-            max_tool_calls=max_tool_calls,
-        )
+        limits = SandboxLimits.of(max_tasks=max_tasks, **options)
         plan = resolve_isolation(isolation, seccomp)
         start, fallback = _resolve_start(start, plan)
         cgroups = resolve_cgroups(cgroup, limits.max_tasks, cgroup_memory_bytes(limits))

@@ -82,7 +82,8 @@ def test_each_worker_container_is_locked_down(api: Any, sandbox: DockerSandbox) 
     assert host["ReadonlyRootfs"] is True
     assert host["CapDrop"] == ["ALL"]
     assert host["SecurityOpt"] == ["no-new-privileges"]
-    assert host["Memory"] > 0 and host["PidsLimit"] == 64 and host["NanoCpus"] == 10**9
+    assert host["Memory"] == host["MemorySwap"] == (1024 + 64 + 64) << 20  # rlimit, /tmp, headroom
+    assert host["PidsLimit"] == 64 and host["NanoCpus"] == 10**9
     assert host["Tmpfs"]["/tmp"].startswith("rw,noexec,nosuid,nodev,size=64m")
     assert inspected["Config"]["User"] == CONTAINER_USER
     assert inspected["Config"]["Labels"][OWNER_LABEL] == ME.label()

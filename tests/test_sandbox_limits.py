@@ -37,6 +37,8 @@ def test_timeout_sets_both_deadlines_and_each_can_be_set_apart() -> None:
         ({"max_tool_calls": -1}, r"max_tool_calls=-1 is not a limit; valid: a whole number, 0 or more"),
         ({"spares": -1}, r"spares=-1 is not a number of workers kept ready; valid: 0 or more"),
         ({"policy": "strict"}, r"policy='strict' is not a policy; valid: None, 'restricted'"),
+        ({"memroy_mb": 256}, r"no option 'memroy_mb' \(did you mean 'memory_mb'\?\); valid: isolation, "),
+        ({"cpus": 2.0}, r"no option 'cpus'; valid: .*load_timeout, call_timeout, memory_mb"),
     ],
 )
 def test_a_bad_limit_is_a_config_error_naming_it_and_the_valid_values(options: dict, message: str) -> None:

@@ -19,7 +19,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor, wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopgym.errors import SandboxError
 from hopgym.sandbox.docker.attach import AttachRelay, SocketWriter
@@ -38,17 +38,17 @@ from hopgym.sandbox.docker.engine import (
     require_image,
     require_runtime,
 )
-from hopgym.sandbox.limits import (
-    DEFAULT_MAX_TOOL_CALLS,
-    DEFAULT_TIMEOUT,
-    SandboxLimits,
-    cgroup_memory_bytes,
-    check_policy,
-)
+from hopgym.sandbox.limits import LimitOptions, SandboxLimits, cgroup_memory_bytes, check_policy
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
 from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import WorkerConnection, reply_cap
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+DEFAULT_MEMORY_MB = 1024
+"""The worker's memory rlimit in a container unless ``memory_mb`` says otherwise (the process backend's is
+:class:`SandboxLimits`' default)."""
 CONTAINER_USER = "10001:10001"
 """The uid:gid tool code runs as (the image's ``hopgym`` user); set explicitly so no image runs it as root."""
 _INIT_SIGNAL_BASE = 128
@@ -194,12 +194,11 @@ class DockerSandbox(PooledSandbox):
 
     ``image``: the image tag (see ``hopgym sandbox build``); ``runtime``: a container runtime registered
     with the engine, e.g. ``"runsc"`` for gVisor (an error when absent); ``spares``: containers kept
-    started and ready (one episode uses one); ``timeout``: the wall-clock limit of a ``load`` and the
-    default one of a call (``load_timeout``, ``call_timeout``: one of them apart).
-    ``memory_mb``, ``cpu_seconds``, ``file_mb``, ``open_files``: the worker's rlimits (``memory_mb`` also
-    sizes the container's memory cgroup); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits.
-    ``policy="restricted"`` adds RestrictedPython inside the worker. ``max_tool_calls``: tool calls one
-    :meth:`execute` may make (see ``PooledSandbox``). Not thread-safe: one per episode runner.
+    started and ready (one episode uses one); ``cpus``, ``pids``, ``tmpfs_mb``: the container's limits;
+    ``options``: the limits of :class:`LimitOptions` (``timeout``, ``memory_mb`` ...; defaults:
+    :class:`SandboxLimits`', but ``memory_mb``: :data:`DEFAULT_MEMORY_MB`, which also sizes the container's
+    memory cgroup). ``policy="restricted"`` adds RestrictedPython inside the worker. Not thread-safe: one
+    per episode runner.
     """
 
     def __init__(
@@ -207,38 +206,17 @@ class DockerSandbox(PooledSandbox):
         image: str = DEFAULT_IMAGE,
         runtime: str | None = None,
         policy: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT,
         spares: int = 1,
-        memory_mb: int = 1024,
-        cpu_seconds: int = 60,
-        file_mb: int = 16,
-        open_files: int = 64,
         cpus: float = 1.0,
         pids: int = 64,
         tmpfs_mb: int = 64,
-        output_cap: int = 16_384,
-        result_cap: int = 65_536,
         start_timeout: float = 30.0,
-        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
-        load_timeout: float | None = None,
-        call_timeout: float | None = None,
+        **options: Unpack[LimitOptions],
     ) -> None:
         check_policy(policy)
+        options.setdefault("memory_mb", DEFAULT_MEMORY_MB)
         limits = SandboxLimits.of(
-            timeout,
-            load_timeout,
-            call_timeout,
-            start_timeout=start_timeout,
-            memory_mb=memory_mb,
-            cpu_seconds=cpu_seconds,
-            file_mb=file_mb,
-            open_files=open_files,
-            tmpfs_mb=tmpfs_mb,
-            output_cap=output_cap,
-            result_cap=result_cap,
-            max_tasks=pids,
-            cpus=cpus,
-            max_tool_calls=max_tool_calls,
+            cpus=cpus, max_tasks=pids, tmpfs_mb=tmpfs_mb, start_timeout=start_timeout, **options
         )
         api = connect_engine()
         require_image(api, image)
