@@ -16,10 +16,11 @@ import statistics
 from _timing import report, warm_call_latencies
 
 from hopgym.sandbox.cgroups import resolve_cgroups
-from hopgym.sandbox.isolation import WorkerLimits, resolve_isolation
+from hopgym.sandbox.isolation import resolve_isolation
+from hopgym.sandbox.limits import SandboxLimits, cgroup_memory_bytes
 from hopgym.sandbox.pool import Launcher, WorkerHandle
 from hopgym.sandbox.pooled import PooledSandbox
-from hopgym.sandbox.process import ProcessLauncher, cgroup_memory_bytes
+from hopgym.sandbox.process import ProcessLauncher
 
 
 class UnpausedLauncher(Launcher):
@@ -43,14 +44,16 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300, help="warm calls per block")
     parser.add_argument("--out", help="also write the JSON figures to this file")
     args = parser.parse_args()
-    limits = WorkerLimits()
+    limits = SandboxLimits()
     plan = resolve_isolation("auto", True)
-    cgroups = resolve_cgroups("auto", 64, cgroup_memory_bytes(limits))
+    cgroups = resolve_cgroups("auto", limits.max_tasks, cgroup_memory_bytes(limits))
     launchers = {
         "paused": ProcessLauncher(plan, limits, None, cgroups),
         "unpaused": UnpausedLauncher(ProcessLauncher(plan, limits, None, cgroups)),
     }
-    sandboxes = {name: PooledSandbox(launcher, plan.describe()) for name, launcher in launchers.items()}
+    sandboxes = {
+        name: PooledSandbox(launcher, plan.describe(), limits=limits) for name, launcher in launchers.items()
+    }
     medians: dict[str, list[float]] = {name: [] for name in sandboxes}
     try:
         for block in range(args.blocks):

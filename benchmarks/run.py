@@ -28,7 +28,7 @@ def docker_ready() -> str | None:
     from hopgym.errors import HopgymError
 
     try:
-        from hopgym.sandbox.docker_backend import DEFAULT_IMAGE, connect_engine, require_image
+        from hopgym.sandbox.docker.engine import DEFAULT_IMAGE, connect_engine, require_image
 
         require_image(connect_engine(), DEFAULT_IMAGE)
     except (HopgymError, ImportError) as exc:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import difflib
 import inspect
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from hopgym.errors import ConfigError
@@ -24,19 +24,23 @@ def check_choice(what: str, value: object, valid: tuple[ChoiceT, ...]) -> Choice
     raise ConfigError(f"unknown {what} {value!r}{hint}; valid: {', '.join(names)}")
 
 
-def accepted_keywords(target: Callable[..., Any]) -> list[str] | None:
-    """The keyword arguments ``target`` takes (``self`` aside), or None when it takes any (``**kwargs``)."""
+def accepted_keywords(target: Callable[..., Any], unpacked: Sequence[str] = ()) -> list[str] | None:
+    """The keyword arguments ``target`` takes (``self`` aside), or None when it takes any (``**kwargs``);
+    ``unpacked``: the keys its ``**kwargs`` stands for (the ``TypedDict`` it is typed ``Unpack[...]`` by),
+    which it then takes instead of any."""
     parameters = inspect.signature(target).parameters.values()
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+    if not unpacked and any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
     keyword_kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-    return [p.name for p in parameters if p.kind in keyword_kinds and p.name != "self"]
+    return [p.name for p in parameters if p.kind in keyword_kinds and p.name != "self"] + list(unpacked)
 
 
-def check_keywords(target: Callable[..., Any], given: Mapping[str, Any], what: str) -> None:
+def check_keywords(
+    target: Callable[..., Any], given: Mapping[str, Any], what: str, unpacked: Sequence[str] = ()
+) -> None:
     """Raise :class:`ConfigError` naming each key of ``given`` that ``target`` does not take, with the
-    closest valid name and the full list."""
-    accepted = accepted_keywords(target)
+    closest valid name and the full list (``unpacked``: see :func:`accepted_keywords`)."""
+    accepted = accepted_keywords(target, unpacked)
     if accepted is None:
         return
     unknown = [key for key in given if key not in accepted]

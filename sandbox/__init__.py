@@ -8,6 +8,7 @@ from typing import Any
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox, ToolCallHook
+from hopgym.sandbox.limits import LIMIT_OPTIONS
 
 BACKENDS = ("process", "docker")
 
@@ -21,8 +22,9 @@ def make_sandbox(backend: str = "process", **options: Any) -> Sandbox:
 
         backend_class: type[Sandbox] = ProcessSandbox
     elif backend == "docker":
-        backend_class = importlib.import_module("hopgym.sandbox.docker_backend").DockerSandbox
+        backend_class = importlib.import_module("hopgym.sandbox.docker.backend").DockerSandbox
     else:
         raise ConfigError(f"sandbox backend {backend!r} is unknown; valid: {', '.join(BACKENDS)}")
-    check_keywords(backend_class.__init__, options, f"the {backend} sandbox (sandbox_options)")
+    what = f"the {backend} sandbox (sandbox_options)"
+    check_keywords(backend_class.__init__, options, what, unpacked=LIMIT_OPTIONS)
     return backend_class(**options)

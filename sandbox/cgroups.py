@@ -58,8 +58,6 @@ def resolve_cgroups(requested: str, max_tasks: int, memory_bytes: int) -> Cgroup
     """The cgroup plan for ``requested``, or an error naming what is missing; never weaker than asked."""
     if requested not in CGROUP_MODES:
         raise ConfigError(f"cgroup={requested!r} is not a mode; valid: {', '.join(CGROUP_MODES)}")
-    if max_tasks < 1 or memory_bytes < 1:
-        raise ConfigError(f"max_tasks and the memory limit must be positive, got {max_tasks}, {memory_bytes}")
     if requested == "none":
         return CgroupPlan("none")
     reasons = []

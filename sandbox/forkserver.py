@@ -26,12 +26,12 @@ from typing import Any
 from hopgym.errors import SandboxError
 from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
-from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, WorkerLimits, worker_command
-from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
+from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, worker_command
+from hopgym.sandbox.limits import SandboxLimits
+from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
 from hopgym.sandbox.process import (
     PausingConnection,
     Reaper,
-    check_hardening,
     namespace_pid_chain,
     worker_pid,
 )
@@ -152,16 +152,15 @@ class ForkingLauncher(Launcher):
     def __init__(
         self,
         plan: IsolationPlan,
-        limits: WorkerLimits,
+        limits: SandboxLimits,
         policy: str | None,
         cgroups: CgroupPlan,
-        start_timeout: float = 30.0,
     ) -> None:
         self._plan = plan
         self._cgroups = cgroups
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
-        self._start_timeout = start_timeout
-        self._server = ForkServer(worker_command(plan, limits, policy, template=True), start_timeout)
+        self._start_timeout = limits.start_timeout
+        self._server = ForkServer(worker_command(plan, limits, policy, template=True), limits.start_timeout)
         self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
@@ -185,7 +184,7 @@ class ForkingLauncher(Launcher):
         worker = _ForkedWorker(init, pipes, cgroup, self._reply_cap, self._reaper)
         try:
             info = await_ready(worker.connection, self._start_timeout)
-            check_hardening(self._plan, info)
+            check_hardening(info, drops_root=self._plan.drops_root, seccomp=self._plan.seccomp)
             worker.adopt(worker_pid(init, info))
         except (SandboxError, OSError) as exc:
             stderr = worker.stderr()

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
+from hopgym.sandbox.limits import SandboxLimits
 
 ISOLATION_LEVELS = ("auto", "bwrap", "namespaces", "none")
 UNPRIVILEGED_UID = 65534
@@ -34,37 +35,8 @@ WORKER_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 """The whole environment a worker sees: nothing of the host's (secrets live there)."""
 
 
-@dataclass(frozen=True)
-class WorkerLimits:
-    """Resource limits applied inside each worker."""
-
-    memory_mb: int = 512
-    cpu_seconds: int = 60
-    file_mb: int = 16
-    open_files: int = 64
-    tmpfs_mb: int = 64
-    output_cap: int = 16_384
-    """Characters of printed output kept per call."""
-    result_cap: int = 65_536
-    """Characters of a JSON-serialised result kept per call."""
-
-    def rlimits(self) -> dict[str, int]:
-        return {
-            "memory_bytes": self.memory_mb << 20,
-            "cpu_seconds": self.cpu_seconds,
-            "file_bytes": self.file_mb << 20,
-            "open_files": self.open_files,
-        }
-
-    def worker_config(self, *, seccomp: bool, policy: str | None) -> dict[str, Any]:
-        """The keys of the worker's CONFIG_JSON (see ``worker.main``) that every backend sets."""
-        return {
-            "seccomp": seccomp,
-            "rlimits": self.rlimits(),
-            "policy": policy,
-            "output_cap": self.output_cap,
-            "result_cap": self.result_cap,
-        }
+WorkerLimits = SandboxLimits
+"""The name launchers took their limits by before :class:`SandboxLimits` held every limit."""
 
 
 @dataclass(frozen=True)
@@ -124,7 +96,7 @@ def _require_seccomp() -> None:
 
 def worker_command(
     plan: IsolationPlan,
-    limits: WorkerLimits,
+    limits: SandboxLimits,
     policy: str | None,
     view: WorkerView | None = None,
     template: bool = False,
@@ -170,7 +142,7 @@ def worker_program() -> str:
     return compiled
 
 
-def _bwrap_arguments(view: WorkerView, limits: WorkerLimits, template: bool = False) -> list[str]:
+def _bwrap_arguments(view: WorkerView, limits: SandboxLimits, template: bool = False) -> list[str]:
     args = ["bwrap"]  # no bind of "/": bubblewrap's root is an empty tmpfs holding only the view
     for path, target in view.symlinks:
         args += ["--symlink", target, path]

@@ -60,6 +60,16 @@ def await_ready(connection: WorkerConnection, timeout: float) -> dict[str, Any]:
     return message
 
 
+def check_hardening(info: dict[str, Any], *, drops_root: bool, seccomp: bool) -> None:
+    """Refuse a worker whose ready message reports weaker hardening than its launcher planned (never
+    silently downgraded): still root where it should have dropped to an unprivileged uid, or a seccomp
+    filter other than planned."""
+    if drops_root and info.get("uid") in (0, None):
+        raise SandboxError(f"the sandbox worker runs as uid {info.get('uid')} after dropping privileges")
+    if info.get("seccomp") is not seccomp:
+        raise SandboxError(f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {seccomp}")
+
+
 class WorkerPool:
     """Keeps ``spares`` ready workers; :meth:`acquire` hands one over and background threads refill,
     one per spare, so that on a multi-core machine several workers start at once."""

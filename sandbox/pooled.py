@@ -13,46 +13,44 @@ from binascii import b2a_base64
 from collections.abc import Mapping, Sequence
 from typing import Any, TypeGuard
 
-from hopgym.errors import SandboxError, WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
+from hopgym.errors import (
+    ConfigError,
+    SandboxError,
+    WorkerCrashedError,
+    WorkerProtocolError,
+    WorkerTimeoutError,
+)
 from hopgym.sandbox.base import CALL_STATUSES, CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
+from hopgym.sandbox.limits import DEFAULT_MAX_TOOL_CALLS, SandboxLimits
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
+
+__all__ = ["DEFAULT_MAX_TOOL_CALLS", "PooledSandbox"]  # the cap execute() applies unless told otherwise
 
 _RESOURCE_SIGNALS = {signal.SIGXCPU, signal.SIGXFSZ, signal.SIGKILL}
 """Deaths by these signals are limits (CPU seconds, file size, the kernel's OOM killer), not tool bugs."""
-DEFAULT_MAX_TOOL_CALLS = 200
-"""Tool calls one code block may make; ToolHop tasks need at most a dozen."""
-DEFAULT_MAX_EVENT_BYTES = 4 << 20
-"""Bytes of tool-call events (arguments and values) one code block may send to the host."""
 
 
 class PooledSandbox(Sandbox):
     """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher.
 
-    ``max_tool_calls``: the most tool calls one :meth:`execute` may make (the host ends the code block and
-    reports a resource limit past it); the tool-call events of one block may also total at most
-    ``max_event_bytes``, so that a call flood cannot pile up host memory.
+    ``limits`` (see :class:`SandboxLimits`), or the options :meth:`SandboxLimits.of` takes (e.g.
+    ``timeout``), bound the loads and calls; past ``max_tool_calls`` tool calls in one :meth:`execute`, or
+    ``max_event_bytes`` of their events, the host ends the code block and reports a resource limit, so
+    that a call flood cannot pile up host memory.
     """
 
     def __init__(
         self,
         launcher: Launcher,
         isolation: str,
-        timeout: float = 5.0,
         spares: int = 1,
-        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
-        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+        limits: SandboxLimits | None = None,
+        **options: Any,
     ) -> None:
-        if timeout <= 0:
-            raise SandboxError(f"timeout must be positive seconds, got {timeout!r}")
-        if max_tool_calls < 0 or max_event_bytes < 0:
-            raise SandboxError(
-                f"max_tool_calls and max_event_bytes must be 0 or more, got {max_tool_calls!r}, "
-                f"{max_event_bytes!r}"
-            )
+        if spares < 0:
+            raise ConfigError(f"spares={spares!r} is not a number of workers kept ready; valid: 0 or more")
         self._isolation = isolation
-        self._timeout = timeout
-        self._max_tool_calls = max_tool_calls
-        self._max_event_bytes = max_event_bytes
+        self._limits = limits if limits is not None else SandboxLimits.of(**options)
         self._pool = WorkerPool(launcher, spares)
         self._sources: list[str] = []
         self._compiled: list[bytes | None] = []
@@ -92,7 +90,7 @@ class PooledSandbox(Sandbox):
             self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
             self._loaded = True
             try:
-                return self._load_sources(self._timeout)
+                return self._load_sources()
             finally:
                 if previous is not None:
                     previous.kill()
@@ -106,7 +104,7 @@ class PooledSandbox(Sandbox):
         as_json_text: bool = False,
     ) -> CallResult:
         self._require_loaded()
-        limit = self._timeout if timeout is None else timeout
+        limit = self._limits.call_timeout if timeout is None else timeout
         return self._call(name, dict(arguments), limit, as_json_text)
 
     def execute(
@@ -116,7 +114,7 @@ class PooledSandbox(Sandbox):
         comes to the host, which passes it to ``on_tool_call``, runs it with :meth:`call` in the episode's
         worker, records it, and sends the value back. So the records are the host's own bookkeeping."""
         self._require_loaded()
-        limit = self._timeout if timeout is None else timeout
+        limit = self._limits.call_timeout if timeout is None else timeout
         started = time.monotonic()
         deadline = started + limit
         records: list[dict[str, Any]] = []
@@ -127,7 +125,7 @@ class PooledSandbox(Sandbox):
         try:
             request = {"op": "execute", "code": code, "tools": sorted(self._parameters)}
             request_id = worker.connection.request(request, deadline)
-            event_bytes_left = worker.connection.bytes_received + self._max_event_bytes
+            event_bytes_left = worker.connection.bytes_received + self._limits.max_event_bytes
             while True:
                 message = worker.connection.receive(deadline, request_id)
                 if message["type"] == "result":
@@ -136,10 +134,10 @@ class PooledSandbox(Sandbox):
                     raise WorkerProtocolError(f"unexpected message {message['type']!r} while running code")
                 if worker.connection.bytes_received > event_bytes_left:
                     raise _StepLimitError(
-                        f"the tool calls of one code block sent over {self._max_event_bytes} bytes"
+                        f"the tool calls of one code block sent over {self._limits.max_event_bytes} bytes"
                     )
-                if len(records) >= self._max_tool_calls:
-                    raise _StepLimitError(f"the code made more than {self._max_tool_calls} tool calls")
+                if len(records) >= self._limits.max_tool_calls:
+                    raise _StepLimitError(f"the code made more than {self._limits.max_tool_calls} tool calls")
                 reply = self._tool_call(message, on_tool_call, records, deadline)
                 worker.connection.send({"op": "tool_reply", "id": request_id, **reply}, deadline)
         except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
@@ -204,8 +202,9 @@ class PooledSandbox(Sandbox):
             self._code_worker.kill()
             self._code_worker = None
 
-    def _load_sources(self, timeout: float) -> LoadResult:
+    def _load_sources(self) -> LoadResult:
         worker = self._current()
+        timeout = self._limits.load_timeout
         deadline = time.monotonic() + timeout
         self._parameters = {}
         try:
@@ -277,7 +276,7 @@ class PooledSandbox(Sandbox):
     def _recover(self) -> None:
         """Replace the current worker and reload the episode's sources into the replacement."""
         self._replace_worker()
-        self._load_sources(self._timeout)
+        self._load_sources()
 
 
 class _StepLimitError(SandboxError):

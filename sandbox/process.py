@@ -10,7 +10,7 @@ import signal
 import subprocess
 import threading
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
 from hopgym.sandbox import kernelfiles
@@ -18,20 +18,21 @@ from hopgym.sandbox.cgroups import CgroupPlan, resolve_cgroups
 from hopgym.sandbox.isolation import (
     WORKER_ENVIRONMENT,
     IsolationPlan,
-    WorkerLimits,
     resolve_isolation,
     worker_command,
     worker_view,
 )
-from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready
-from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
+from hopgym.sandbox.limits import LimitOptions, SandboxLimits, cgroup_memory_bytes, check_policy
+from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
+from hopgym.sandbox.pooled import PooledSandbox
 from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
 
-POLICIES = (None, "restricted")
 STARTS = ("auto", "spawn", "fork")
 """How each worker starts: a new interpreter under a new bwrap (``spawn``), or forked from a warm template
 (``fork``, see :mod:`hopgym.sandbox.forkserver`; root only, bwrap or namespaces); ``auto``: ``fork`` where
 it can work, else ``spawn``, saying why in a log record and in the report (``start_fallback``)."""
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 _log = logging.getLogger(__name__)
 _FALLBACKS_LOGGED: set[str] = set()
 _BWRAP_SIGNAL_BASE = 128
@@ -45,16 +46,15 @@ class ProcessLauncher(Launcher):
     def __init__(
         self,
         plan: IsolationPlan,
-        limits: WorkerLimits,
+        limits: SandboxLimits,
         policy: str | None,
         cgroups: CgroupPlan,
-        start_timeout: float = 30.0,
     ) -> None:
         self._plan = plan
         self._cgroups = cgroups
         self._command = worker_command(plan, limits, policy)
         self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
-        self._start_timeout = start_timeout
+        self._start_timeout = limits.start_timeout
         self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
@@ -105,7 +105,7 @@ class ProcessLauncher(Launcher):
 
         try:
             info = await_ready(connection, self._start_timeout)
-            check_hardening(self._plan, info)
+            check_hardening(info, drops_root=self._plan.drops_root, seccomp=self._plan.seccomp)
             connection.pause_pid = worker_pid(process.pid, info)
             worker_pidfd.append(os.pidfd_open(connection.pause_pid))
         except (SandboxError, OSError) as exc:
@@ -122,16 +122,6 @@ class ProcessLauncher(Launcher):
         if code is not None and self._plan.level == "bwrap" and code > _BWRAP_SIGNAL_BASE:
             return _BWRAP_SIGNAL_BASE - code
         return code
-
-
-def check_hardening(plan: IsolationPlan, info: dict) -> None:
-    """Refuse a worker that reports weaker hardening than planned (never silently downgraded)."""
-    if plan.drops_root and info.get("uid") == 0:
-        raise SandboxError("the sandbox worker still runs as root after dropping privileges")
-    if info.get("seccomp") != plan.seccomp:
-        raise SandboxError(
-            f"the sandbox worker reports seccomp={info.get('seccomp')}, planned {plan.seccomp}"
-        )
 
 
 class Reaper:
@@ -230,10 +220,10 @@ class ProcessSandbox(PooledSandbox):
 
     ``isolation``: ``auto`` (bwrap, else raw namespaces), ``bwrap``, ``namespaces`` or ``none``;
     ``seccomp=False`` and ``isolation="none"`` are explicit requests for less. ``policy="restricted"`` adds
-    RestrictedPython inside the worker. ``timeout`` is the default wall-clock limit per call in seconds.
+    RestrictedPython inside the worker. ``options``: the limits of :class:`LimitOptions` (``timeout``,
+    ``memory_mb`` ...; defaults: :class:`SandboxLimits`').
     ``cgroup``: ``auto``, ``v2``, ``v1`` or ``none`` (rlimits only, explicitly); each worker's group allows
     ``max_tasks`` tasks and the memory of :func:`cgroup_memory_bytes` (see :mod:`hopgym.sandbox.cgroups`).
-    ``max_tool_calls``: tool calls one :meth:`execute` may make (see ``PooledSandbox``).
     ``start``: ``fork`` (forked from a warm template with the same isolation; see
     :mod:`hopgym.sandbox.forkserver`), ``spawn`` (a new interpreter per worker) or ``auto`` (``fork`` where
     it can work: root and isolation ``bwrap`` or ``namespaces``; else ``spawn``, logged and reported).
@@ -245,32 +235,17 @@ class ProcessSandbox(PooledSandbox):
         isolation: str = "auto",
         seccomp: bool = True,
         policy: str | None = None,
-        timeout: float = 5.0,
         spares: int = 1,
-        memory_mb: int = 512,
-        cpu_seconds: int = 60,
-        file_mb: int = 16,
-        open_files: int = 64,
-        output_cap: int = 16_384,
-        result_cap: int = 65_536,
         cgroup: str = "auto",
         max_tasks: int = 64,
-        max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS,
         start: str = "auto",
+        **options: Unpack[LimitOptions],
     ) -> None:
-        if policy not in POLICIES:
-            raise ConfigError(f"policy={policy!r} is not a policy; valid: None, 'restricted'")
+        check_policy(policy)
+        limits = SandboxLimits.of(max_tasks=max_tasks, **options)
         plan = resolve_isolation(isolation, seccomp)
         start, fallback = _resolve_start(start, plan)
-        limits = WorkerLimits(
-            memory_mb=memory_mb,
-            cpu_seconds=cpu_seconds,
-            file_mb=file_mb,
-            open_files=open_files,
-            output_cap=output_cap,
-            result_cap=result_cap,
-        )
-        cgroups = resolve_cgroups(cgroup, max_tasks, cgroup_memory_bytes(limits))
+        cgroups = resolve_cgroups(cgroup, limits.max_tasks, cgroup_memory_bytes(limits))
         described = "+".join(filter(None, [plan.describe(), cgroups.describe()]))
         described += "+restricted" if policy else ""
         self._report = {
@@ -287,13 +262,7 @@ class ProcessSandbox(PooledSandbox):
         launcher = _launcher(start, plan, limits, policy, cgroups)
         self._launcher = launcher
         try:
-            super().__init__(
-                launcher,
-                described,
-                timeout=timeout,
-                spares=spares,
-                max_tool_calls=max_tool_calls,
-            )
+            super().__init__(launcher, described, spares=spares, limits=limits)
         except BaseException:
             launcher.close()
             raise
@@ -337,16 +306,10 @@ def _fork_problem(plan: IsolationPlan) -> str | None:
 
 
 def _launcher(
-    start: str, plan: IsolationPlan, limits: WorkerLimits, policy: str | None, cgroups: CgroupPlan
+    start: str, plan: IsolationPlan, limits: SandboxLimits, policy: str | None, cgroups: CgroupPlan
 ) -> Launcher:
     if start == "fork":
         from hopgym.sandbox.forkserver import ForkingLauncher  # it builds on this module
 
         return ForkingLauncher(plan, limits, policy, cgroups)
     return ProcessLauncher(plan, limits, policy, cgroups)
-
-
-def cgroup_memory_bytes(limits: WorkerLimits) -> int:
-    """The worker's memory rlimit plus its /tmp tmpfs and room for the interpreter and the kernel's own
-    use; unlike the rlimit it also counts memfd and tmpfs pages and every process of the worker."""
-    return (limits.memory_mb + limits.tmpfs_mb + 64) << 20

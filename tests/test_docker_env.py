@@ -17,12 +17,8 @@ from gymnasium.utils.env_checker import check_env
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
 from hopgym.errors import DockerUnavailableError
-from hopgym.sandbox.docker_backend import (
-    ProcessIdentity,
-    connect_engine,
-    list_sandbox_containers,
-    require_image,
-)
+from hopgym.sandbox.docker.containers import ProcessIdentity, list_sandbox_containers
+from hopgym.sandbox.docker.engine import connect_engine, require_image
 
 pytestmark = pytest.mark.docker
 

@@ -195,7 +195,7 @@ def _wait_gone(pid: int, patience: float = 5.0) -> bool:
         try:
             if "zombie" in Path(f"/proc/{pid}/status").read_text():
                 return True
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # gone before the open, or between open and read
             return True
         time.sleep(0.01)
     return False

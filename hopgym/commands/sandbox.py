@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hopgym.sandbox.docker_backend import DEFAULT_IMAGE, build_image, default_build_context
+from hopgym.sandbox.docker.engine import DEFAULT_IMAGE, build_image, default_build_context
 
 
 def build(args: argparse.Namespace) -> int:
