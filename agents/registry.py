@@ -28,4 +28,7 @@ def agent_factory(name: str, client: ModelClient, options: Mapping[str, Any]) ->
     if "client" in options:
         raise ConfigError(f"agent {name!r} has no option 'client' (the model comes from --model)")
     check_keywords(agent_class.__init__, options, f"agent {name!r}")
+    agent_class(
+        client, **options
+    )  # what a constructor checks itself (kgetool's moved options) fails here too
     return lambda: agent_class(client, **options)

@@ -112,6 +112,14 @@ class FamilyToolEnv(ChatToolEnv):
         self.reading = check_reading(reading)
         self.extraction = check_choice("extraction", extraction, EXTRACTION_MODES)
         check_options(self.extraction, self.reading, top_k)
+        if kg != "extract" and (extraction, retriever, top_k) != ("greedy", None, 3):
+            raise ConfigError(
+                f"extraction, retriever and top_k are used only with kg='extract', not kg={kg!r}"
+            )
+        if kg == "extract" and max_turns < 2:
+            raise ConfigError(
+                f"kg='extract' needs max_turns >= 2 (extraction, then tool use), got {max_turns}"
+            )
         if retriever is not None and extraction != "retrieval":
             raise ConfigError(f"retriever is used only with extraction=retrieval, not {extraction!r}")
         self._retriever_spec = retriever

@@ -105,6 +105,11 @@ def action_problem(action: Any) -> str | None:
         return f"an action's role must be 'assistant', got {role!r}"
     if not isinstance(action.get("content"), (str, type(None))):
         return f"an action's content must be a string or None, got {type(action['content']).__name__}"
+    if "kg_extraction" in action:
+        return (
+            "the action field 'kg_extraction' is gone: with FamilyTool-v0's kg='extract' the first action's "
+            "content is the KG.search text"
+        )
     if not isinstance(action.get("code"), (str, type(None))):
         return f"an action's 'code' must be a string, got {type(action['code']).__name__}"
     calls = action.get("tool_calls")

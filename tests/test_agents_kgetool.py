@@ -18,6 +18,7 @@ import pytest
 from hopgym.agents.kgetool import KGEToolAgent
 from hopgym.agents.kgetool_tables import familytool_tables_for_run
 from hopgym.agents.model import ModelClient, ModelConfig
+from hopgym.agents.registry import agent_factory
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
@@ -150,6 +151,8 @@ def test_extraction_options_belong_to_the_env_only() -> None:
         KGEToolAgent(client, kg_modle="openai/x")
     with pytest.raises(ConfigError, match="kg_api_base needs kg_model"):
         KGEToolAgent(client, kg_api_base="http://127.0.0.1:9/v1")
+    with pytest.raises(ConfigError, match=re.escape("--env-arg extraction=...")):
+        agent_factory("kgetool", client, {"extraction": "retrieval"})  # before any run starts
 
 
 def test_the_agent_needs_the_extract_mode(tmp_path: Path) -> None:

@@ -13,7 +13,7 @@ from gymnasium.utils.env_checker import check_env
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.familytool import SYSTEM_PROMPT, FamilyToolEnv, bare_query
 from hopgym.envs.familytool_metrics import aggregate_metrics
-from hopgym.errors import ConfigError, HopgymError
+from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool import EXTRA_INFO_MARKER
 
@@ -238,7 +238,11 @@ def test_bad_options_name_the_valid_values():
     with pytest.raises(ConfigError, match="variant"):
         FamilyToolEnv(variant="x")
     with pytest.raises(ConfigError, match="module:function"):
-        FamilyToolEnv(extraction="retrieval", retriever="no_such_module:f")
+        FamilyToolEnv(kg="extract", extraction="retrieval", retriever="no_such_module:f")
+    with pytest.raises(ConfigError, match="used only with kg='extract', not kg='gold'"):
+        FamilyToolEnv(extraction="retrieval")  # and no retriever model is loaded for nothing
+    with pytest.raises(ConfigError, match="needs max_turns >= 2"):
+        FamilyToolEnv(kg="extract", max_turns=1)
     with pytest.raises(ConfigError, match="only with extraction=retrieval"):
         FamilyToolEnv(kg="extract", retriever="m:f")
     with pytest.raises(ConfigError, match="top_k"):
@@ -281,3 +285,11 @@ def test_an_extracting_env_copies_with_its_retriever():
     text = "KG.search(start=Jack, path=[father, favourite_pickup_spot])"
     metrics = extracted_then(twin, text, gold_reply(twin.tasks[0]))[4]["metrics"]
     assert metrics["kg_em"] == 1.0
+
+
+def test_the_old_kg_extraction_action_field_is_refused_with_the_new_way():
+    env = FamilyToolEnv(variant="e", kg="extract")
+    env.reset(options={"index": 0})
+    with pytest.raises(ActionError, match=r"'kg_extraction' is gone.*kg='extract'"):
+        env.step({"role": "assistant", "content": "", "kg_extraction": 'KG.search(start="Jack", path=[])'})
+    env.close()
