@@ -19,7 +19,7 @@ from typing import Any
 from hopgym.agents.records import EPISODES_FILE, read_episodes
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.summary import markdown_table
-from hopgym.envs.ablation import feedback_flips
+from hopgym.envs.feedback_flips import feedback_flips
 from hopgym.errors import ConfigError
 
 

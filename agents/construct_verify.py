@@ -23,7 +23,7 @@ from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.sandbox.base import CallResult, Sandbox
 from hopgym.tasks.gold_calls import parse_gold_call
-from hopgym.tasks.model import GoldCall
+from hopgym.tasks.task import GoldCall
 from hopgym.tasks.tool_source import read_tool_source
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")

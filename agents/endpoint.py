@@ -1,6 +1,7 @@
 """The model server a run talks to: the one the caller names, or the embedded local server (``model`` is
-``"local"``), started for the run's duration. Both come out as :class:`~hopgym.agents.model.ModelConfig`
-fields, with the timeout and reply cap that suit the server."""
+``"local"``), started for the run's duration. Both come out as
+:class:`~hopgym.agents.model_client.ModelConfig` fields, with the timeout and reply cap that suit the
+server."""
 
 from __future__ import annotations
 

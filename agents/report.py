@@ -21,8 +21,8 @@ from hopgym.agents.records import EPISODES_FILE, read_episodes
 from hopgym.agents.runner import RUN_FILE
 from hopgym.agents.stats import mean_interval, per_task_means
 from hopgym.agents.summary import feedback_applies, markdown_table, run_title, summarize, task_key
-from hopgym.envs.ablation import feedback_flips
 from hopgym.envs.env_options import env_creator
+from hopgym.envs.feedback_flips import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
 

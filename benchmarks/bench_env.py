@@ -19,7 +19,7 @@ from typing import Any
 
 from hopgym.agents.scripted import schema_arguments
 from hopgym.envs.toolhop import ToolHopEnv
-from hopgym.tasks.model import Task
+from hopgym.tasks.task import Task
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

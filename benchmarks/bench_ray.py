@@ -35,7 +35,7 @@ from typing import Any
 
 from bench_runner import _serve
 
-from hopgym.agents.model import ModelConfig
+from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.records import read_episodes
 from hopgym.agents.runner import EvalConfig, EvalRun
 

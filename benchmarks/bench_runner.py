@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.model import ModelConfig
+from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.records import read_episodes
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.envs.validation import parse_arguments
-from hopgym.tasks.familytool import FamilyToolTask, GoldCall
+from hopgym.tasks.familytool import FamilyToolGoldCall, FamilyToolTask
 from hopgym.tasks.kg_extraction import BAD_EXTRACT, check_reading
 from hopgym.tasks.kg_io import Triple
 
@@ -51,7 +51,7 @@ def _same_value(predicted: Any, gold: Any) -> bool:
 
 
 def tool_use_metrics(
-    calls: Sequence[Mapping[str, Any]], gold: GoldCall, reading: str = "official"
+    calls: Sequence[Mapping[str, Any]], gold: FamilyToolGoldCall, reading: str = "official"
 ) -> dict[str, Any]:
     """EM, Tool Acc and Value Acc of one episode's predicted calls against its one gold call.
 

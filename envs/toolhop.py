@@ -21,7 +21,7 @@ from hopgym.envs.toolhop_official import (
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
-from hopgym.tasks.model import Task
+from hopgym.tasks.task import Task
 from hopgym.tasks.toolhop import load_toolhop
 from hopgym.tasks.toolhop_data import resolve_toolhop_path
 from hopgym.tasks.toolhop_official import official_prompt_templates

@@ -46,7 +46,7 @@ class ToolDoc:
 
 
 @dataclass(frozen=True)
-class GoldCall:
+class FamilyToolGoldCall:
     """The row's one gold call: tool name, arguments (the dataset's ``parameters``) and ``depend_on``."""
 
     name: str
@@ -72,7 +72,7 @@ class FamilyToolTask:
     user_text: str
     gold_subkg: tuple[Triple, ...]
     subkg_quoting: Literal["python", "bare"]
-    gold_call: GoldCall
+    gold_call: FamilyToolGoldCall
     gold_call_text: str
     candidate_tools: tuple[ToolDoc, ...] = field(repr=False)
 
@@ -155,7 +155,7 @@ def parse_row(row: Any, variant: str) -> FamilyToolTask:
         user_text=user_text,
         gold_subkg=gold_subkg,
         subkg_quoting="python" if quotes_triples(subkg_text) else "bare",
-        gold_call=GoldCall(
+        gold_call=FamilyToolGoldCall(
             name=call["name"], arguments=call["parameters"], depend_on=tuple(call.get("depend_on", ()))
         ),
         gold_call_text=json.dumps(calls),

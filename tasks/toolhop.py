@@ -12,7 +12,7 @@ from typing import Any
 from hopgym.errors import DataError
 from hopgym.messages import ToolSchema, tool_schema
 from hopgym.tasks.gold_calls import parse_gold_call
-from hopgym.tasks.model import Task
+from hopgym.tasks.task import Task
 from hopgym.tasks.tool_schema import check_tool_schema
 from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop_data import resolve_toolhop_path

@@ -16,7 +16,7 @@ from test_construct_local import require_local_model
 from hopgym.agents.ablation import ABLATIONS
 from hopgym.agents.records import read_episodes
 from hopgym.cli import main
-from hopgym.envs.ablation import feedback_flips
+from hopgym.envs.feedback_flips import feedback_flips
 
 pytestmark = pytest.mark.model
 

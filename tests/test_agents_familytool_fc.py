@@ -13,7 +13,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.model import ModelConfig
+from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 

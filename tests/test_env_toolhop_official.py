@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from hopgym.agents.model import ModelConfig
+from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.envs.feedback import MINIMAL_HINT

@@ -13,9 +13,9 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.errors import ConfigError
-from hopgym.tasks.familytool import GoldCall, load_familytool
+from hopgym.tasks.familytool import FamilyToolGoldCall, load_familytool
 
-GOLD = GoldCall(
+GOLD = FamilyToolGoldCall(
     "BookAppointment", {"name_store": "appointment_with_0007", "time_appt": "appointment_time_0007"}
 )
 
@@ -50,7 +50,7 @@ def test_one_wrong_and_one_missing_parameter():
 
 
 def test_values_compare_by_json_text_so_types_matter():
-    gold = GoldCall("SetAlarm", {"hour": 7})
+    gold = FamilyToolGoldCall("SetAlarm", {"hour": 7})
     assert values(scored(call("SetAlarm", {"hour": "7"}), gold=gold)) == (0.0, 1.0, 0.0)
     assert values(scored(call("SetAlarm", {"hour": 7.0}), gold=gold)) == (0.0, 1.0, 0.0)
     assert values(scored(call("SetAlarm", {"hour": 7}), gold=gold)) == (1.0, 1.0, 1.0)
@@ -141,7 +141,7 @@ def test_paper_reading_counts_paths_and_usable_calls(row):
 def test_aggregation_official_means_and_paper_micro_averages(row):
     one_of_two = scored(call("BookAppointment", {"name_store": "appointment_with_0007"}))
     single = tool_use_metrics(
-        [{"name": "SetAlarm", "arguments": {"hour": 7}}], GoldCall("SetAlarm", {"hour": 7})
+        [{"name": "SetAlarm", "arguments": {"hour": 7}}], FamilyToolGoldCall("SetAlarm", {"hour": 7})
     )
     format_error = extraction_metrics(row, "", ())
     clean = extraction_metrics(row, render(row.gold_subkg), row.gold_subkg, [True, True, False], 3)

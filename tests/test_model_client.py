@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from hopgym.agents.model import ModelClient, ModelConfig, prepare_messages
+from hopgym.agents.model_client import ModelClient, ModelConfig, prepare_messages
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
 from hopgym.errors import ConfigError, ModelError
 

@@ -20,7 +20,7 @@ from test_construct_local import require_local_model
 
 from hopgym.agents import records
 from hopgym.agents.local_server import local_model_string, local_server
-from hopgym.agents.model import ModelClient, ModelConfig
+from hopgym.agents.model_client import ModelClient, ModelConfig
 from hopgym.agents.records import read_episodes
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.server_process import ServerProcess

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.model import ModelConfig
+from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main

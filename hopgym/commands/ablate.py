@@ -23,7 +23,7 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from hopgym.agents.ablation import ABLATIONS
-    from hopgym.envs.ablation import ERROR_SETS
+    from hopgym.envs.feedback_flips import ERROR_SETS
 
     parser = subparsers.add_parser("ablate", help="the paper's feedback, framework and scenario ablations")
     ablations = parser.add_subparsers(dest="ablation", required=True, metavar="ABLATION")
@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.ablation import ABLATIONS, ablation_markdown, run_ablation
-    from hopgym.agents.model import ModelConfig
+    from hopgym.agents.model_client import ModelConfig
     from hopgym.agents.runner import EvalConfig
 
     name = args.ablation

@@ -175,7 +175,7 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.kgetool_tables import familytool_tables_for_run
-    from hopgym.agents.model import ModelConfig
+    from hopgym.agents.model_client import ModelConfig
     from hopgym.agents.records import EPISODES_FILE, read_episodes
     from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
     from hopgym.agents.summary import markdown_table, run_title
