@@ -1,4 +1,4 @@
-"""The construction pipeline with the embedded local model (SmolLM2-135M) on 5 real ToolHop rows, whose
+"""The construction pipeline with the embedded local model (SmolLM2-135M) on 3 real ToolHop rows, whose
 (sub-question, sub-answer) pairs are put back in hop order: it completes, and its report's per-stage
 pass rates agree with what each tool's stage records say happened."""
 
@@ -40,14 +40,14 @@ def test_local_model_construction_completes_and_reports_honest_stage_rates(
     require_local_model()
     out = tmp_path / "dataset.json"
     code = main([
-        "construct", "--input", str(SUBSET), "--limit", "5", "--model", "local", "--max-attempts",
+        "construct", "--input", str(SUBSET), "--limit", "3", "--model", "local", "--max-attempts",
         str(MAX_ATTEMPTS), "--max-tokens", "160", "--out", str(out), "--no-progress",
     ])  # fmt: skip
     assert code == 0
     assert "| creation |" in capsys.readouterr().out
     report = json.loads(report_path(out).read_text())
-    rows = read_query_rows(SUBSET, limit=5)
-    assert report["rows"] == 5 and report["tools_needed"] == sum(len(row.sub_tasks) for row in rows)
+    rows = read_query_rows(SUBSET, limit=3)
+    assert report["rows"] == 3 and report["tools_needed"] == sum(len(row.sub_tasks) for row in rows)
     assert report["rows_with_errors"] == 0
 
     stage_records = {stage: [] for stage in STAGES}
