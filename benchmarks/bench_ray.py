@@ -33,11 +33,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench_runner import _serve
+from bench_runner import _serve, scripted_eval_config
 
-from hopgym.agents.model_client import ModelConfig
 from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalConfig, EvalRun
+from hopgym.agents.runner import EvalRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.ray_cluster import local_cluster  # the repository root is importable from here on
@@ -45,14 +44,8 @@ from tests.ray_cluster import local_cluster  # the repository root is importable
 
 def measure(api_base: str, episodes: int, concurrency: int, executor: str, address: str | None) -> dict:
     with tempfile.TemporaryDirectory() as folder:
-        config = EvalConfig(
-            out=Path(folder) / "run",
-            model=ModelConfig("openai/scripted", api_base=api_base, api_key="sk", timeout=60),
-            concurrency=concurrency,
-            limit=episodes,
-            progress=False,
-            executor=executor,
-            ray_address=address,
+        config = scripted_eval_config(
+            Path(folder) / "run", api_base, episodes, concurrency, executor=executor, ray_address=address
         )
         run = EvalRun(config)  # made outside the clock: importing litellm takes seconds
         watch = RecordClock(config.out / "episodes.jsonl")

@@ -77,6 +77,16 @@ def model_delays(record: dict[str, Any], mean: float, jitter: float) -> float:
     return sum(turn_delay(question, turn, mean, jitter) for turn in range(record["turns"]))
 
 
+def scripted_eval_config(
+    out: Path, api_base: str, episodes: int, concurrency: int, **changes: Any
+) -> EvalConfig:
+    """A ToolHop run of ``episodes`` against the scripted server at ``api_base``, without a progress bar."""
+    model = ModelConfig("openai/scripted", api_base=api_base, api_key="sk", timeout=60)
+    return EvalConfig(
+        out=out, model=model, concurrency=concurrency, limit=episodes, progress=False, **changes
+    )
+
+
 def measure(episodes: int, concurrency: int, delay: float, jitter: float = 0.0) -> dict[str, Any]:
     context = multiprocessing.get_context("fork")
     address, stop = context.Queue(), context.Event()
@@ -85,13 +95,7 @@ def measure(episodes: int, concurrency: int, delay: float, jitter: float = 0.0) 
     try:
         api_base = address.get(timeout=30)
         with tempfile.TemporaryDirectory() as folder:
-            config = EvalConfig(
-                out=Path(folder) / "run",
-                model=ModelConfig("openai/scripted", api_base=api_base, api_key="sk", timeout=60),
-                concurrency=concurrency,
-                limit=episodes,
-                progress=False,
-            )
+            config = scripted_eval_config(Path(folder) / "run", api_base, episodes, concurrency)
             run = EvalRun(config)  # made outside the clock: importing litellm takes seconds
             started = time.perf_counter()
             run.run()
