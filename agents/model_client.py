@@ -1,17 +1,24 @@
-"""The one model client: a thin layer over litellm with retries, timeouts and token accounting.
+"""The one model client: retries, timeouts and token accounting over the OpenAI client or litellm.
 
-litellm is imported lazily (it takes seconds) and with its network cost-map fetch disabled. The client
-does its own retrying (the OpenAI client's built-in retries are switched off) so the count is exact and
-every retry is visible in the episode record. Given several servers of one model (``api_base`` a tuple),
-it balances requests over them and leaves a failing one out for a while (:class:`Endpoints`).
+An ``openai/NAME`` model (the OpenAI API, or any OpenAI-compatible server given by ``api_base``: the
+embedded model, vLLM, the scripted server) is sent with the openai client, which is what litellm calls
+for it too; every other provider string goes through litellm. litellm costs seconds of CPU to import
+(about 6 s here, per process), so it is imported only for a model that needs it, and then offline
+(no cost-map fetch). The client does its own retrying (the clients' built-in retries are off) so the
+count is exact and every retry is visible in the episode record. Given several servers of one model
+(``api_base`` a tuple), it balances requests over them and leaves a failing one out for a while
+(:class:`Endpoints`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import random
+import re
 import time
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +28,12 @@ from hopgym.messages import ToolCall, tool_call
 
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
+OPENAI_PREFIX = "openai/"
+"""Models sent with the openai client; litellm strips the same prefix before sending."""
+_LEADING_REASONING = re.compile(
+    r"<(?:think|thinking|budget:thinking)>(.*?)</(?:think|thinking|budget:thinking)>(.*)", re.DOTALL
+)
+"""Reasoning text at the start of a reply's content, which litellm moves into ``reasoning_content``."""
 
 
 def import_litellm() -> Any:
@@ -88,7 +101,8 @@ class ModelConfig:
     endpoint_cooldown: float = 2.0
     """Seconds a server that failed is left out (doubling while it keeps failing, up to ``backoff_max``)."""
     extra: Mapping[str, Any] = field(default_factory=dict)
-    """Further litellm keyword arguments (e.g. ``seed``), passed through unchanged."""
+    """Further request fields (e.g. ``seed``), passed through unchanged: litellm keyword arguments, or for an
+    ``openai/`` model the openai client's parameters, any other field going into the JSON body."""
     tool_choice_substitutes: Mapping[str, str] = field(default_factory=dict)
     """Tool-choice values the server cannot take, mapped to what is sent instead (e.g. llama-cpp-python's
     ``chatml-function-calling`` fails on ``"required"``); recorded in the run folder's run.json."""
@@ -145,12 +159,73 @@ def _usage_from_response(response: Any) -> Usage:
     )
 
 
-def is_retryable(exc: BaseException, litellm: Any) -> bool:
-    """Timeouts, connection failures, rate limits and 5xx are worth retrying; other errors are not."""
-    if isinstance(exc, (litellm.Timeout, litellm.APIConnectionError, litellm.RateLimitError)):
+def is_retryable(exc: BaseException) -> bool:
+    """Timeouts, connection failures, rate limits and 5xx are worth retrying; other errors are not.
+    litellm's errors subclass the openai client's, so one check serves both."""
+    import openai
+
+    if isinstance(exc, (openai.APIConnectionError, openai.RateLimitError)):  # timeouts included
         return True
     status = getattr(exc, "status_code", None)
     return isinstance(status, int) and status >= 500
+
+
+class _LitellmSender:
+    """Requests through litellm, for any provider string other than ``openai/``."""
+
+    def __init__(self, api_key: str | None) -> None:
+        self._litellm = import_litellm()
+        self._key = {"api_key": api_key} if api_key else {}
+
+    async def send(self, request: dict[str, Any], base: str | None) -> Any:
+        where = {"api_base": base} if base else {}
+        return await self._litellm.acompletion(**request, **self._key, **where, max_retries=0, num_retries=0)
+
+
+class _OpenAISender:
+    """Requests through the openai client, fields as litellm sends them for an ``openai/`` model: the
+    client's own parameters by name, any other field in the JSON body (``extra_body``). One client per
+    server and event loop (a client's connection pool belongs to the loop that opened it)."""
+
+    def __init__(self, api_key: str | None) -> None:
+        from openai.resources.chat.completions import AsyncCompletions
+
+        self._api_key = api_key
+        self._parameters = set(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, Any]]
+        self._clients = weakref.WeakKeyDictionary()
+
+    async def send(self, request: dict[str, Any], base: str | None) -> Any:
+        from openai import AsyncOpenAI
+
+        clients = self._clients.setdefault(asyncio.get_running_loop(), {})
+        if base not in clients:  # made here, inside the caller's error handling: a missing key is an error
+            clients[base] = AsyncOpenAI(api_key=self._api_key, base_url=base, max_retries=0)
+        named = {key: value for key, value in request.items() if key in self._parameters}
+        body = {key: value for key, value in request.items() if key not in self._parameters}
+        body |= named.pop("extra_body", None) or {}
+        if body:
+            named["extra_body"] = body
+        named["model"] = request["model"].removeprefix(OPENAI_PREFIX)
+        response = await clients[base].chat.completions.create(**named)
+        for choice in response.choices or []:
+            _move_reasoning_out_of_content(choice.message)
+        return response
+
+
+def _move_reasoning_out_of_content(message: Any) -> None:
+    """What litellm does to every reply, so that both routes give the same message: a reasoning field
+    the server sent (``reasoning_content`` or ``reasoning``) is the reasoning; else ``<think>...</think>``
+    at the start of the content is taken out of it."""
+    fields = message.model_extra or {}
+    if "reasoning_content" in fields:
+        return
+    if "reasoning" in fields:
+        message.reasoning_content = fields["reasoning"]
+        return
+    match = _LEADING_REASONING.match(message.content or "")
+    if match:
+        message.reasoning_content, message.content = match.group(1), match.group(2)
 
 
 class Endpoints:
@@ -196,7 +271,8 @@ class Endpoints:
 
 
 class ModelClient:
-    """Sends chat requests to any litellm provider string and returns :class:`ModelReply` objects."""
+    """Sends chat requests to any litellm provider string and returns :class:`ModelReply` objects
+    (``openai/`` models with the openai client, the rest with litellm)."""
 
     def __init__(self, config: ModelConfig) -> None:
         if config.max_retries < 0 or config.timeout <= 0:
@@ -209,13 +285,18 @@ class ModelClient:
             raise ConfigError(f"api_base must be a URL or a non-empty tuple of URLs, got {config.api_base!r}")
         self.config = config
         self.endpoints = Endpoints(bases, config.endpoint_cooldown, config.backoff_max)
-        self._litellm = import_litellm()
-        import openai  # installed with litellm; its error class is the base of every litellm error
-
-        self._error_base = openai.OpenAIError
+        try:
+            import openai  # its error class is the base of every litellm error too
+        except ImportError as exc:
+            raise ConfigError("the model client needs openai: pip install 'hopgym[agents]'") from exc
         # The first request would import openai's ~450 resource modules lazily, inside the event loop,
         # stalling every concurrent episode for about half a second; import them now instead.
         import openai.resources.chat
+
+        self._error_base = openai.OpenAIError
+        openai_model = config.model.startswith(OPENAI_PREFIX)
+        sender = _OpenAISender if openai_model else _LitellmSender
+        self._sender: _OpenAISender | _LitellmSender = sender(config.api_key)
 
     async def complete(
         self,
@@ -234,9 +315,9 @@ class ModelClient:
             endpoint = self.endpoints.acquire()
             base = self.endpoints.bases[endpoint]
             try:
-                response = await self._litellm.acompletion(**request, **({"api_base": base} if base else {}))
-            except self._error_base as exc:  # the base of every error litellm maps to
-                retryable = is_retryable(exc, self._litellm)
+                response = await self._sender.send(request, base)
+            except self._error_base as exc:  # the base of every error either client raises
+                retryable = is_retryable(exc)
                 self.endpoints.release(endpoint, failed=retryable)
                 if not retryable:
                     raise ModelError(f"{self.config.model}: {type(exc).__name__}: {exc}") from exc
@@ -280,12 +361,8 @@ class ModelClient:
             "messages": prepare_messages(messages),
             "temperature": 0.0 if temperature is None else temperature,
             "timeout": config.timeout,
-            "max_retries": 0,
-            "num_retries": 0,
             **config.extra,
         }
-        if config.api_key:
-            request["api_key"] = config.api_key
         if max_tokens:
             request["max_tokens"] = max_tokens
         if tools:

@@ -33,6 +33,8 @@ class ScriptedReply:
     completion_tokens: int = 5
     finish_reason: str | None = None
     """Sent as given (e.g. ``"length"``: cut at the token cap); None: ``tool_calls`` or ``stop``."""
+    message_fields: tuple[tuple[str, Any], ...] = ()
+    """Further fields of the message as some servers send them, e.g. ``("reasoning_content", "...")``."""
 
 
 Script = Callable[[dict[str, Any]], ScriptedReply]
@@ -148,7 +150,11 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
 
     def completion(self, request: dict[str, Any], reply: ScriptedReply) -> dict[str, Any]:
         number = next(self._ids)
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+        message: dict[str, Any] = {
+            "role": "assistant",
+            "content": reply.content,
+            **dict(reply.message_fields),
+        }
         if reply.tool_calls:
             message["tool_calls"] = [
                 openai_tool_call(name, arguments, f"call_{number}_{index}")

@@ -1,8 +1,13 @@
-"""The litellm model client against a real scripted HTTP server: retries, timeouts, accounting, payloads."""
+"""The model client against a real scripted HTTP server: retries, timeouts, accounting, payloads, on both
+of its routes (an ``openai/`` model through the openai client, any other provider string through litellm;
+``hosted_vllm/`` is litellm's OpenAI-compatible provider)."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 
 import pytest
 
@@ -14,45 +19,53 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 USER = [{"role": "user", "content": "hi"}]
 
 
-def client_for(server: ScriptedModelServer, **overrides) -> ModelClient:
+ROUTES = ["openai/scripted", "hosted_vllm/scripted"]
+
+
+@pytest.fixture(params=ROUTES)
+def route(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+def client_for(server: ScriptedModelServer, model: str = "openai/scripted", **overrides) -> ModelClient:
     options = {"timeout": 2.0, "max_retries": 3, "backoff_base": 0.01, **overrides}
-    return ModelClient(ModelConfig(server.model, api_base=server.api_base, api_key="sk-test", **options))
+    return ModelClient(ModelConfig(model, api_base=server.api_base, api_key="sk-test", **options))
 
 
-def test_server_errors_and_rate_limits_are_retried_and_counted() -> None:
+def test_server_errors_and_rate_limits_are_retried_and_counted(route: str) -> None:
     replies = [ScriptedReply(status=500), ScriptedReply(status=429), ScriptedReply(status=503)]
     replies.append(ScriptedReply(content="done", prompt_tokens=7, completion_tokens=3))
     with ScriptedModelServer(sequence_script(replies)) as server:
-        reply = asyncio.run(client_for(server).complete(USER))
+        reply = asyncio.run(client_for(server, route).complete(USER))
         assert len(server.requests) == 4
     assert reply.message == {"role": "assistant", "content": "done"}
     assert reply.usage.as_dict() == {"prompt_tokens": 7, "completion_tokens": 3, "requests": 1, "retries": 3}
 
 
-def test_a_timeout_is_retried() -> None:
+def test_a_timeout_is_retried(route: str) -> None:
     replies = [ScriptedReply(content="late", delay=1.5), ScriptedReply(content="on time")]
     with ScriptedModelServer(sequence_script(replies)) as server:
-        reply = asyncio.run(client_for(server, timeout=0.5).complete(USER))
+        reply = asyncio.run(client_for(server, route, timeout=0.5).complete(USER))
     assert reply.message["content"] == "on time"
     assert reply.usage.retries == 1
 
 
-def test_exhausted_retries_raise_model_error_after_exactly_that_many_requests() -> None:
+def test_exhausted_retries_raise_model_error_after_exactly_that_many_requests(route: str) -> None:
     with ScriptedModelServer(lambda _request: ScriptedReply(status=500)) as server:
         with pytest.raises(ModelError, match="gave up after 3 attempts"):
-            asyncio.run(client_for(server, max_retries=2).complete(USER))
+            asyncio.run(client_for(server, route, max_retries=2).complete(USER))
         # The OpenAI client's own retries are off: the count is exactly ours.
         assert len(server.requests) == 3
 
 
-def test_a_client_error_is_not_retried() -> None:
+def test_a_client_error_is_not_retried(route: str) -> None:
     with ScriptedModelServer(lambda _request: ScriptedReply(status=400)) as server:
         with pytest.raises(ModelError, match="BadRequestError"):
-            asyncio.run(client_for(server).complete(USER))
+            asyncio.run(client_for(server, route).complete(USER))
         assert len(server.requests) == 1
 
 
-def test_requests_are_greedy_and_assistant_tool_messages_carry_empty_content() -> None:
+def test_requests_are_greedy_and_assistant_tool_messages_carry_empty_content(route: str) -> None:
     history = [
         *USER,
         {
@@ -65,7 +78,7 @@ def test_requests_are_greedy_and_assistant_tool_messages_carry_empty_content() -
     ]
     script = sequence_script([ScriptedReply(tool_calls=(tool_call("f", {"y": 2}), tool_call("g", "{bad")))])
     with ScriptedModelServer(script) as server:
-        reply = asyncio.run(client_for(server).complete(history, tools=TOOLS, tool_choice="required"))
+        reply = asyncio.run(client_for(server, route).complete(history, tools=TOOLS, tool_choice="required"))
         request = server.requests[0]
     assert request["temperature"] == 0
     assert request["tool_choice"] == "required"
@@ -91,7 +104,7 @@ def test_invalid_settings_are_rejected() -> None:
         ModelClient(ModelConfig("openai/x", max_retries=-1))
 
 
-def test_the_protocol_sampling_applies_where_the_config_sets_none() -> None:
+def test_the_protocol_sampling_applies_where_the_config_sets_none(route: str) -> None:
     official = {"temperature": 0.0, "max_tokens": 256}
     sent = []
     for overrides, sampling in (
@@ -100,7 +113,83 @@ def test_the_protocol_sampling_applies_where_the_config_sets_none() -> None:
         ({}, None),
     ):
         with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
-            asyncio.run(client_for(server, **overrides).complete(USER, sampling=sampling))
+            asyncio.run(client_for(server, route, **overrides).complete(USER, sampling=sampling))
             request = server.requests[0]
         sent.append((request["temperature"], request.get("max_tokens")))
     assert sent == [(0, 256), (0.7, 64), (0, None)]
+
+
+def test_both_routes_send_the_same_request_body() -> None:
+    """What the server receives does not depend on the route: the same JSON, field for field, with the
+    provider prefix stripped and extra fields (named client parameters or not) sent as they are."""
+    call = {"id": "c1", "function": {"name": "f", "arguments": {"x": 1}}}
+    history = [*USER, {"role": "assistant", "content": None, "tool_calls": [call]}]
+    history.append({"role": "tool", "tool_call_id": "c1", "name": "f", "content": "2"})
+    extra = {"seed": 7, "top_p": 0.5, "top_k": 20, "extra_body": {"min_p": 0.1}}
+    bodies = []
+    for model in ROUTES:
+        with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
+            client = client_for(server, model, max_tokens=32, extra=extra)
+            asyncio.run(client.complete(history, tools=TOOLS, tool_choice="auto", stop=["Observation:"]))
+            bodies.append(server.requests[0])
+    assert bodies[0] == bodies[1]
+    assert bodies[0]["model"] == "scripted"
+    assert {key: bodies[0][key] for key in ("seed", "top_p", "top_k", "min_p")} == {
+        "seed": 7,
+        "top_p": 0.5,
+        "top_k": 20,
+        "min_p": 0.1,
+    }
+
+
+@pytest.mark.parametrize(
+    ("content", "fields", "expected"),
+    [
+        ("<think>a, so b</think>b", (), {"content": "b", "reasoning_content": "a, so b"}),
+        ("<thinking>x</thinking>y", (), {"content": "y", "reasoning_content": "x"}),
+        ("b <think>late</think>", (), {"content": "b <think>late</think>"}),
+        ("b", (("reasoning_content", "r"),), {"content": "b", "reasoning_content": "r"}),
+        (
+            "<think>t</think>b",
+            (("reasoning", "r"),),
+            {"content": "<think>t</think>b", "reasoning_content": "r"},
+        ),
+    ],
+)
+def test_both_routes_read_reasoning_alike(content: str, fields: tuple, expected: dict) -> None:
+    """litellm takes reasoning out of a reply (a reasoning field, or ``<think>`` text leading the content);
+    the openai route does the same, so an agent's answer does not depend on the route."""
+    messages = []
+    for model in ROUTES:
+        reply = ScriptedReply(content=content, message_fields=fields)
+        with ScriptedModelServer(sequence_script([reply])) as server:
+            messages.append(asyncio.run(client_for(server, model).complete(USER)).message)
+    assert messages[0] == messages[1] == {"role": "assistant", **expected}
+
+
+def test_one_client_serves_requests_from_successive_event_loops() -> None:
+    """A run may call the client from more than one ``asyncio.run``; each loop gets its own connections."""
+    with ScriptedModelServer(
+        sequence_script([ScriptedReply(content="a"), ScriptedReply(content="b")])
+    ) as server:
+        client = client_for(server)
+        replies = [asyncio.run(client.complete(USER)).message["content"] for _ in range(2)]
+    assert replies == ["a", "b"]
+
+
+def test_an_openai_model_run_never_imports_litellm() -> None:
+    """litellm costs seconds of CPU per process to import; a run of an OpenAI-compatible server, the
+    cost line of its summary included, does without it."""
+    script = f"""
+import asyncio, json, sys
+from hopgym.agents.cost import token_cost
+from hopgym.agents.model_client import ModelClient, ModelConfig
+from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script
+with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
+    client = ModelClient(ModelConfig("openai/scripted", api_base=server.api_base, api_key="sk"))
+    reply = asyncio.run(client.complete({USER!r}))
+print(json.dumps([reply.message["content"], token_cost("openai/scripted", 10, 10), "litellm" in sys.modules]))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout) == ["ok", None, False]
