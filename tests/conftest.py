@@ -16,6 +16,7 @@ LOCAL_MODEL_GROUP = "local-model"
 os.environ.setdefault(THREADS_VARIABLE, "1")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns group marks into node ids
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Tests of the embedded model run one after another on one worker: two servers at once would share
     one core and evict nothing from each other's cache, only take twice as long each. The tests of a
@@ -36,3 +37,17 @@ def _uses_a_module_fixture(item: pytest.Item) -> bool:
     if fixture_info is None:
         return False
     return any(d.scope == "module" for defs in fixture_info.name2fixturedefs.values() for d in defs)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On an xdist worker with ``--dist loadgroup``: fail loudly if a group mark came too late for xdist
+    to see (it reads the marks into node ids in its own collection hook); the groups then do nothing."""
+    if not session.config.getvalue("loadgroup"):
+        return
+    ungrouped = [
+        i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
+    ]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"{len(ungrouped)} tests have an xdist_group mark xdist did not apply: {ungrouped[0]}"
+        )
