@@ -42,7 +42,7 @@ def _uses_a_module_fixture(item: pytest.Item) -> bool:
 def pytest_collection_finish(session: pytest.Session) -> None:
     """On an xdist worker with ``--dist loadgroup``: fail loudly if a group mark came too late for xdist
     to see (it reads the marks into node ids in its own collection hook); the groups then do nothing."""
-    if not session.config.getvalue("loadgroup"):
+    if not getattr(session.config.option, "loadgroup", False):  # set by xdist on its workers
         return
     ungrouped = [
         i.nodeid for i in session.items if i.get_closest_marker("xdist_group") and "@" not in i.nodeid
