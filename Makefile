@@ -32,11 +32,15 @@ demo: local-model
 		--env-arg max_turns=2 --max-tokens 128 --out runs/demo
 	$(PY) .ci/check_demo.py runs/demo
 
+# The type check runs beside the tests (the suite's workers often wait on servers and subprocesses); its
+# report follows theirs, and either failing fails the target.
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy -p hopgym
-	$(PY) -m pytest -q -n 2 --dist loadgroup
+	@log=$$(mktemp); $(VENV)/bin/mypy -p hopgym > $$log 2>&1 & typecheck=$$!; \
+	$(PY) -m pytest -q -n 2 --dist loadgroup; tests=$$?; \
+	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
+	exit $$(( tests || types ))
 
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy -p hopgym
