@@ -45,7 +45,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy  # noq
 class EpisodeActor:
     """One node's episodes. Each run brings its config and gets a fresh runner (model client, sandbox
     pool); the actor itself outlives the run, so a driver running several (``hopgym ablate``, the tests)
-    pays the actor's start, mostly importing litellm (seconds), once per node."""
+    pays the actor's start, mostly imports (seconds; litellm's too for a model not served as openai/), once
+    per node."""
 
     def __init__(self) -> None:
         self._runner: EpisodeRunner | None = None

@@ -47,7 +47,7 @@ def measure(api_base: str, episodes: int, concurrency: int, executor: str, addre
         config = scripted_eval_config(
             Path(folder) / "run", api_base, episodes, concurrency, executor=executor, ray_address=address
         )
-        run = EvalRun(config)  # made outside the clock: importing litellm takes seconds
+        run = EvalRun(config)  # made outside the clock: importing a client takes seconds
         watch = RecordClock(config.out / "episodes.jsonl")
         started = time.perf_counter()
         watch.start()

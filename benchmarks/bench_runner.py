@@ -1,7 +1,10 @@
-"""The eval runner's own cost (env + runner + litellm client) per model turn, and local-model throughput.
+"""The eval runner's own cost (env + runner + model client) per model turn, and local-model throughput.
 
 Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_runner.py [--episodes N]
-[--concurrency K] [--turn-seconds S] [--jitter J] [--local N]``. Prints one JSON object.
+[--concurrency K] [--turn-seconds S] [--jitter J] [--local N] [--model M ...]``. Prints one JSON object.
+``--model`` (repeatable) names the scripted server's model as the client sees it: ``openai/scripted``
+(default) takes the openai client route, ``hosted_vllm/scripted`` the litellm route; with several, the
+scripted figures are measured per model, alternately, in one run.
 
 Episodes are fc episodes of two turns (one real sandboxed tool call, then an answer) against a scripted
 server in its own process (so it does not share the runner's GIL).
@@ -10,7 +13,8 @@ server in its own process (so it does not share the runner's GIL).
 * ``realistic``: every reply takes a model turn of ``--turn-seconds`` (default 1 s) spread uniformly by
   +-``--jitter`` (default 0.5: 0.5-1.5 s, as replies of different lengths take), at ``--concurrency``
   (default 32). The overhead per turn is an episode's wall time minus the model's delays, per turn, split
-  into the model client's share (litellm, HTTP) and the env + runner's share (sandboxed steps, records).
+  into the model client's share (openai client or litellm, HTTP) and the env + runner's share (sandboxed
+  steps, records).
   ``steady`` covers the episodes after the first wave of ``concurrency`` ones, which is what a long run
   pays per turn; the first wave also pays the start: every episode's first request is built at the same
   moment, one after another on the event loop. Target: the env + runner share <= 5 % of the turn.
@@ -78,16 +82,23 @@ def model_delays(record: dict[str, Any], mean: float, jitter: float) -> float:
 
 
 def scripted_eval_config(
-    out: Path, api_base: str, episodes: int, concurrency: int, **changes: Any
+    out: Path,
+    api_base: str,
+    episodes: int,
+    concurrency: int,
+    model_name: str = "openai/scripted",
+    **changes: Any,
 ) -> EvalConfig:
     """A ToolHop run of ``episodes`` against the scripted server at ``api_base``, without a progress bar."""
-    model = ModelConfig("openai/scripted", api_base=api_base, api_key="sk", timeout=60)
+    model = ModelConfig(model_name, api_base=api_base, api_key="sk", timeout=60)
     return EvalConfig(
         out=out, model=model, concurrency=concurrency, limit=episodes, progress=False, **changes
     )
 
 
-def measure(episodes: int, concurrency: int, delay: float, jitter: float = 0.0) -> dict[str, Any]:
+def measure(
+    episodes: int, concurrency: int, delay: float, jitter: float = 0.0, model_name: str = "openai/scripted"
+) -> dict[str, Any]:
     context = multiprocessing.get_context("fork")
     address, stop = context.Queue(), context.Event()
     server = context.Process(target=_serve, args=(delay, jitter, address, stop), daemon=True)
@@ -95,8 +106,8 @@ def measure(episodes: int, concurrency: int, delay: float, jitter: float = 0.0) 
     try:
         api_base = address.get(timeout=30)
         with tempfile.TemporaryDirectory() as folder:
-            config = scripted_eval_config(Path(folder) / "run", api_base, episodes, concurrency)
-            run = EvalRun(config)  # made outside the clock: importing litellm takes seconds
+            config = scripted_eval_config(Path(folder) / "run", api_base, episodes, concurrency, model_name)
+            run = EvalRun(config)  # made outside the clock: importing a client takes seconds
             started = time.perf_counter()
             run.run()
             wall = time.perf_counter() - started
@@ -204,12 +215,18 @@ def main() -> None:
     )
     parser.add_argument("--local-only", action="store_true", help="skip the scripted-server figures")
     parser.add_argument("--out", help="also write the JSON figures to this file")
+    parser.add_argument("--model", action="append", help="the client's model (default openai/scripted)")
     args = parser.parse_args()
     report: dict[str, Any] = {}
-    if not args.local_only:
-        report["zero_latency"] = measure(args.episodes, args.concurrency, 0.0)
-        report["realistic"] = measure(args.episodes, args.concurrency, args.turn_seconds, args.jitter)
-        report["lock_step"] = measure(args.episodes, args.concurrency, args.turn_seconds)
+    models = args.model or ["openai/scripted"]
+    series = {
+        "zero_latency": (0.0, 0.0),
+        "realistic": (args.turn_seconds, args.jitter),
+        "lock_step": (args.turn_seconds, 0.0),
+    }
+    for name, (delay, jitter) in [] if args.local_only else series.items():
+        figures = {model: measure(args.episodes, args.concurrency, delay, jitter, model) for model in models}
+        report[name] = figures if len(models) > 1 else figures[models[0]]
     if args.local:
         report["local"] = [measure_local(args.local, k) for k in args.local_concurrency or [1]]
     print(json.dumps(report, indent=2))
