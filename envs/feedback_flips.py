@@ -1,10 +1,10 @@
 """The paper's Table 5 arithmetic: how answer correctness changes from detailed to minimal feedback on the
 queries whose detailed-feedback episode made an erroneous call.
 
-Episodes of the two runs are paired by ``task_id``; a pair is used when neither episode ended with a
-runner ``error`` and the detailed one has an erroneous call. With N such pairs, ``with_feedback`` is
-the correct fraction under detailed feedback, ``without_feedback`` under minimal feedback,
-``delta_c_to_i`` the fraction of the N that were correct with feedback and incorrect without, and
+Episodes of the two runs are paired by ``task_id`` and ``sample``; a pair is used when neither episode
+ended with a runner ``error`` and the detailed one has an erroneous call. With N such pairs,
+``with_feedback`` is the correct fraction under detailed feedback, ``without_feedback`` under minimal
+feedback, ``delta_c_to_i`` the fraction of the N that were correct with feedback and incorrect without, and
 ``delta_i_to_c`` the reverse; so ``with - without = ΔC→I - ΔI→C``, as in the paper's Table 5.
 """
 
@@ -65,11 +65,11 @@ def feedback_flips(
     detailed: Iterable[Mapping[str, Any]], minimal: Iterable[Mapping[str, Any]], error_set: str = "invocation"
 ) -> FeedbackFlips:
     """Pair the two runs' episodes and count the correctness flips (see the module docstring)."""
-    minimal_by_id = {str(record["task_id"]): record for record in minimal}
+    minimal_by_key = {_pair_key(record): record for record in minimal}
     pairs = []
     unpaired = 0
     for record in detailed:
-        other = minimal_by_id.get(str(record["task_id"]))
+        other = minimal_by_key.get(_pair_key(record))
         if other is None or record.get("error") is not None or other.get("error") is not None:
             unpaired += 1
             continue
@@ -83,3 +83,8 @@ def feedback_flips(
         incorrect_to_correct=sum(without and not with_ for with_, without in pairs),
         unpaired=unpaired,
     )
+
+
+def _pair_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """An episode's task and sample: with ``--samples K`` each sample of a task is paired with its like."""
+    return str(record["task_id"]), int(record.get("sample") or 0)

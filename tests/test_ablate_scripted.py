@@ -155,6 +155,34 @@ def test_scenarios_ablation_puts_the_three_scenarios_side_by_side(ablation_runs:
     assert all(record["calls"] == [] for record in direct.values())
 
 
+def test_an_ablation_takes_evals_task_choice_and_samples_and_pairs_samples_for_table5(tmp_path: Path) -> None:
+    """``--task``, ``--samples`` and ``--model-seed`` reach every arm, and Table 5 pairs each sample with its
+    like: under minimal feedback the scripted model is right on even seeds only (sample 0), so a pairing by
+    task alone would give 0 % or 100 % without feedback, not 50 %."""
+
+    def policy(request: dict[str, Any]) -> ScriptedReply:
+        tool_messages = [m for m in request["messages"] if m["role"] == "tool"]
+        if not tool_messages:
+            return ScriptedReply(tool_calls=(tool_call("no_such_tool", {}),))
+        minimal = tool_messages[-1]["content"] == MINIMAL_HINT
+        return ScriptedReply(content=answer(_request_task(request), not minimal or request["seed"] % 2 == 0))
+
+    chosen = [TASKS[1].id, TASKS[0].id]
+    out = tmp_path / "feedback"
+    with ScriptedModelServer(policy) as server:
+        code = main([
+            "ablate", "feedback", "--model", server.model, "--api-base", server.api_base, "--api-key", "sk",
+            "--task", chosen[0], "--task", chosen[1], "--samples", "2", "--model-seed", "10",
+            "--concurrency", "2", "--out", str(out), "--no-progress", "--env-arg", "protocol=hopgym",
+        ])  # fmt: skip
+    assert code == 0
+    for arm in ("detailed", "minimal"):
+        lines = (out / arm / "episodes.jsonl").read_text().splitlines()
+        runs = sorted((record["task_id"], record["sample"]) for record in map(json.loads, lines))
+        assert runs == sorted((task_id, sample) for task_id in chosen for sample in (0, 1))
+    assert "| 4 | 100.00 | 50.00 | 50.00 | 0.00 |" in (out / "ablation.md").read_text()
+
+
 def test_an_ablation_refuses_the_setting_it_varies(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

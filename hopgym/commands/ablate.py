@@ -52,30 +52,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.ablation import ABLATIONS, ablation_markdown, run_ablation
-    from hopgym.agents.model_client import ModelConfig
-    from hopgym.agents.runner import EvalConfig
+    from hopgym.agents.tracking import Tracker, log_run
 
     name = args.ablation
     setting = ABLATIONS[name].setting
     if getattr(args, setting) is not None:
         raise ConfigError(f"the {name} ablation varies {_VARIED_FLAG[name]}; do not pass it")
+    trackers = [Tracker.parse(spec) for spec in args.track]
+    for tracker in trackers:  # before the runs: a missing library must not cost them
+        tracker.check_installed()
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
     with eval_command.model_endpoint(args) as endpoint:
-        base = EvalConfig(
-            out=out,
-            model=ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries),
-            env_id=args.env,
-            env_kwargs=eval_command.env_kwargs_from(args),
-            agent=args.agent or "fc",
-            agent_options=eval_command.parse_key_values(args.agent_arg, "--agent-arg"),
-            concurrency=eval_command.concurrency_of(args),
-            limit=args.limit,
-            resume=args.resume,
-            progress=not args.no_progress,
-            executor=args.executor,
-            ray_address=args.ray_address,
-        )
-        summaries = run_ablation(name, base)
+        summaries = run_ablation(name, eval_command.eval_config(args, endpoint, out, args.agent or "fc"))
+    for arm in ABLATIONS[name].arms:
+        for line in log_run(out / arm, trackers):
+            print(line)
     markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))
     (out / "ablation.md").write_text(markdown)
     print(markdown)

@@ -9,9 +9,12 @@ import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hopgym.errors import ConfigError
+
+if TYPE_CHECKING:
+    from hopgym.agents.runner import EvalConfig
 
 DEFAULT_CONCURRENCY = 8
 
@@ -173,11 +176,40 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
     return default
 
 
+def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, agent: str) -> EvalConfig:
+    """The run ``hopgym eval``'s options ask for (``hopgym ablate`` builds each arm's from the same)."""
+    from hopgym.agents.model_client import ModelConfig
+    from hopgym.agents.runner import EvalConfig
+
+    return EvalConfig(
+        out=out,
+        model=ModelConfig(
+            **endpoint,
+            temperature=args.temperature,
+            max_retries=args.max_retries,
+            extra=model_extra_from(args),
+        ),
+        env_id=args.env,
+        env_kwargs=env_kwargs_from(args),
+        agent=agent,
+        agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
+        concurrency=concurrency_of(args),
+        limit=args.limit,
+        sample=args.sample,
+        task_ids=tuple(args.task),
+        seed=args.seed,
+        samples=args.samples,
+        resume=args.resume,
+        progress=not args.no_progress,
+        executor=args.executor,
+        ray_address=args.ray_address,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.kgetool_tables import familytool_tables_for_run
-    from hopgym.agents.model_client import ModelConfig
     from hopgym.agents.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
+    from hopgym.agents.runner import EvalRun, run_verdict
     from hopgym.agents.summary import markdown_table, run_title
     from hopgym.agents.tracking import Tracker, log_run
 
@@ -185,29 +217,7 @@ def run(args: argparse.Namespace) -> int:
     for tracker in trackers:  # before the run: a missing library must not cost the run
         tracker.check_installed()
     with model_endpoint(args) as endpoint:
-        config = EvalConfig(
-            out=Path(args.out) if args.out else _default_out(args),
-            model=ModelConfig(
-                **endpoint,
-                temperature=args.temperature,
-                max_retries=args.max_retries,
-                extra=model_extra_from(args),
-            ),
-            env_id=args.env,
-            env_kwargs=env_kwargs_from(args),
-            agent=args.agent,
-            agent_options=parse_key_values(args.agent_arg, "--agent-arg"),
-            concurrency=concurrency_of(args),
-            limit=args.limit,
-            sample=args.sample,
-            task_ids=tuple(args.task),
-            seed=args.seed,
-            samples=args.samples,
-            resume=args.resume,
-            progress=not args.no_progress,
-            executor=args.executor,
-            ray_address=args.ray_address,
-        )
+        config = eval_config(args, endpoint, Path(args.out) if args.out else _default_out(args), args.agent)
         summary = EvalRun(config).run()
     print(f"\n{run_title(summary)}  ({config.out})\n")
     print(markdown_table({config.agent: summary}))
