@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import signal
 import subprocess
 import sys
@@ -33,7 +34,10 @@ def host_files(host_dir: Path) -> Iterator[list[str]]:
     readable = host_dir / "readable.txt"
     readable.write_text(SECRET_MARK)
     readable.chmod(0o644)
-    shared_memory = Path(f"/dev/shm/hopgym-attack-{os.getpid()}")
+    # A unique name: in a contained run's own PID namespace every host is PID 1.
+    handle, name = tempfile.mkstemp(prefix="hopgym-attack-", dir="/dev/shm")
+    os.close(handle)
+    shared_memory = Path(name)
     shared_memory.write_text(SECRET_MARK)
     shared_memory.chmod(0o644)
     paths = [str(readable), str(shared_memory), str(REPO / "README.md"), str(REPO / "tests" / "attacks")]
