@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
