@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.agents.model_client import ModelClient, ModelReply, Usage
+from hopgym.agents.model.client import ModelClient, ModelReply, Usage
 
 Action = dict[str, Any] | str
 CUT_OFF = "length"

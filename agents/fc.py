@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from hopgym.agents.base import Action, Agent, Observation
-from hopgym.agents.model_client import ModelClient
+from hopgym.agents.model.client import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
 from hopgym.options import check_choice
 

@@ -8,7 +8,7 @@ import asyncio
 import dataclasses
 from collections.abc import Sequence
 
-from hopgym.agents.model_client import ModelClient
+from hopgym.agents.model.client import ModelClient
 from hopgym.errors import ConfigError
 from hopgym.tasks.kg2tool import KGSource, SolutionBuilder
 from hopgym.tasks.kg2tool_model import KG2ToolTask

@@ -24,7 +24,7 @@ from typing import Any
 from hopgym.agents.base import Action, Agent, AgentStats, Observation
 from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
 from hopgym.agents.kgetool_prompts import EXTRACTION_STOP, extraction_messages
-from hopgym.agents.model_client import ModelClient
+from hopgym.agents.model.client import ModelClient
 from hopgym.errors import ConfigError
 
 RELATIONS_KEY = "relations"

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
 from hopgym.agents.base import Action, Agent, Observation, describe_tools, with_system_prompt
-from hopgym.agents.model_client import ModelClient
+from hopgym.agents.model.client import ModelClient
 from hopgym.agents.text_calls import parse_text_tool_calls
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call

@@ -10,7 +10,7 @@ from hopgym.agents.codeact import CodeActAgent
 from hopgym.agents.direct import DirectAgent
 from hopgym.agents.fc import FunctionCallingAgent
 from hopgym.agents.kgetool import KGEToolAgent
-from hopgym.agents.model_client import ModelClient
+from hopgym.agents.model.client import ModelClient
 from hopgym.agents.react import ReActAgent
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords

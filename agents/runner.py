@@ -34,7 +34,7 @@ from tqdm import tqdm
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.base import Agent
-from hopgym.agents.model_client import ModelClient, ModelConfig
+from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.provenance import finish_provenance, start_provenance
 from hopgym.agents.records import (
     EPISODES_FILE,

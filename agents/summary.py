@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-from hopgym.agents.cost import token_cost
+from hopgym.agents.model.cost import token_cost
 from hopgym.agents.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 

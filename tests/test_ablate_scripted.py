@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from hopgym.agents.ablation import table5_markdown
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT

@@ -21,7 +21,7 @@ import pytest
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.construct import report_path, rows_path
 from hopgym.agents.construct_verify import check_execution, check_signature, parse_proposed_call
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.construction_rows import read_query_rows

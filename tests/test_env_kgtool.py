@@ -172,7 +172,7 @@ def test_bad_options_are_named(sandbox):
 
 def test_hopgym_eval_runs_kgtool_with_a_scripted_oracle_model(tmp_path):
     """`hopgym eval --env KGTool-v0 --agent fc` through a real HTTP model server that follows each path."""
-    from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+    from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 
     tasks_file = tmp_path / "family.jsonl"
     argv = ["kg2tool", "sample", "--kg", "family-e", "--patterns", "2i,ip", "--n", "2", "--seed", "9"]

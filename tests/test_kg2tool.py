@@ -170,7 +170,7 @@ def test_malformed_task_records_are_rejected(tasks):
 def test_refine_with_a_model_rewords_queries_and_keeps_mentions(tmp_path, capsys):
     """`--refine-with` through a real HTTP model server: the paper's prompt structure goes out, a reply
     that drops an entity mention keeps the template query (and is reported)."""
-    from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+    from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 
     def translator(request):
         system, user = (message["content"] for message in request["messages"])

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
-from hopgym.agents.model_client import ModelClient, ModelConfig, prepare_messages
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
+from hopgym.agents.model.client import ModelClient, ModelConfig, prepare_messages
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
 from hopgym.errors import ConfigError, ModelError
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]

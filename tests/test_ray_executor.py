@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.model_client import ModelConfig
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.errors import ClusterError
 from tests.ray_cluster import NODE_RESOURCES, Cluster, local_cluster

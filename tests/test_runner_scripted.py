@@ -15,10 +15,10 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.local_server import LOCAL_CONCURRENCY
-from hopgym.agents.model_client import ModelConfig
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.tasks.sampling import stratified_sample, task_stratum

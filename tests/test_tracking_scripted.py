@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer
+from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.agents.tracking import flat_numbers, flat_params
 from hopgym.cli import main
 from tests.test_runner_scripted import read_records

@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.ablation import ABLATIONS, ablation_markdown, run_ablation
-    from hopgym.agents.model_client import ModelConfig
+    from hopgym.agents.model.client import ModelConfig
     from hopgym.agents.runner import EvalConfig
 
     name = args.ablation

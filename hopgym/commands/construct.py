@@ -59,7 +59,7 @@ def run(args: argparse.Namespace) -> int:
         report_path,
         rows_path,
     )
-    from hopgym.agents.model_client import ModelClient, ModelConfig
+    from hopgym.agents.model.client import ModelClient, ModelConfig
     from hopgym.errors import ConfigError
     from hopgym.sandbox import make_sandbox
     from hopgym.tasks.construction_rows import read_query_rows

@@ -151,9 +151,9 @@ def api_base_from(bases: Sequence[str] | None) -> str | tuple[str, ...] | None:
 
 
 def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManager[dict[str, Any]]:
-    """ModelConfig fields of ``--model`` and its server (agents/endpoint.py); ``local`` runs the embedded
-    server meanwhile."""
-    from hopgym.agents.endpoint import model_endpoint as endpoint
+    """ModelConfig fields of ``--model`` and its server (agents/model/endpoint.py); ``local`` runs the
+    embedded server meanwhile."""
+    from hopgym.agents.model.endpoint import model_endpoint as endpoint
 
     executor = getattr(args, "executor", "local")
     return endpoint(
@@ -167,7 +167,7 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
     if args.concurrency is not None:
         return args.concurrency
     if args.model == "local":
-        from hopgym.agents.local_server import LOCAL_CONCURRENCY
+        from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 
         return LOCAL_CONCURRENCY
     return default
@@ -175,7 +175,7 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.kgetool_tables import familytool_tables_for_run
-    from hopgym.agents.model_client import ModelConfig
+    from hopgym.agents.model.client import ModelConfig
     from hopgym.agents.records import EPISODES_FILE, read_episodes
     from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
     from hopgym.agents.summary import markdown_table, run_title

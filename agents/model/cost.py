@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-from hopgym.agents.model_client import import_litellm
+from hopgym.agents.model.client import import_litellm
 from hopgym.errors import ConfigError
 
 

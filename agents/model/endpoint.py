@@ -1,6 +1,6 @@
 """The model server a run talks to: the one the caller names, or the embedded local server (``model`` is
 ``"local"``), started for the run's duration. Both come out as
-:class:`~hopgym.agents.model_client.ModelConfig` fields, with the timeout and reply cap that suit the
+:class:`~hopgym.agents.model.client.ModelConfig` fields, with the timeout and reply cap that suit the
 server."""
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def model_endpoint(
             "timeout": timeout or DEFAULT_TIMEOUT,
         }
         return
-    from hopgym.agents.local_server import local_model_string, local_server
+    from hopgym.agents.model.local_server import local_model_string, local_server
 
     with local_server() as server:
         yield {

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from hopgym.agents.server_process import ServerProcess
+from hopgym.agents.model.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
 # (substring of the lower-cased model name, vLLM tool-call parser); the first match wins, so the more

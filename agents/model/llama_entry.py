@@ -12,7 +12,7 @@ as ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, and tool result
 parse: ``required`` (or a named function) allows only a call whose name is an offered tool and whose
 arguments follow that tool's JSON schema; ``auto`` allows that call or plain text. The prompt of the next
 turn extends the previous one token for token, so llama.cpp re-evaluates only the new messages.
-Run as ``python -m hopgym.agents.llama_entry`` with the arguments of ``python -m llama_cpp.server``.
+Run as ``python -m hopgym.agents.model.llama_entry`` with the arguments of ``python -m llama_cpp.server``.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ import llama_cpp
 from llama_cpp import llama_chat_format, llama_grammar, llama_types
 from llama_cpp.server.__main__ import main
 
-from hopgym.agents.local_server import CHAT_FORMAT
+from hopgym.agents.model.local_server import CHAT_FORMAT
 
 END = "<|im_end|>"
 TOOLS_PREAMBLE = (

@@ -11,14 +11,14 @@ import os
 import sys
 from pathlib import Path
 
-from hopgym.agents.server_process import ServerProcess
+from hopgym.agents.model.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
 LOCAL_MODEL = "local"
 """The model name ``hopgym eval --model local`` recognises."""
 LOCAL_MODEL_ALIAS = "smollm2-135m-instruct"
 CHAT_FORMAT = "hopgym-tools"
-"""hopgym's grammar-constrained tool-calling chat format, registered by agents/llama_entry.py."""
+"""hopgym's grammar-constrained tool-calling chat format, registered by agents/model/llama_entry.py."""
 LOCAL_CONCURRENCY = 1
 """Episodes run at once against the embedded server by default. It computes one request at a time in one
 llama context, so concurrent episodes gain nothing and evict each other's prompt from the KV cache; one
@@ -51,7 +51,7 @@ def local_server_command(
     command = [
         sys.executable,
         "-m",
-        "hopgym.agents.llama_entry",
+        "hopgym.agents.model.llama_entry",
         "--model",
         str(model_path),
         "--model_alias",
