@@ -33,8 +33,9 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.base import Agent
 from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.policies.base import Agent
+from hopgym.agents.policies.registry import agent_factory
 from hopgym.agents.provenance import finish_provenance, start_provenance
 from hopgym.agents.records import (
     EPISODES_FILE,
@@ -43,7 +44,6 @@ from hopgym.agents.records import (
     check_resumable,
     read_episodes,
 )
-from hopgym.agents.registry import agent_factory
 from hopgym.agents.summary import markdown_table, run_title, summarize
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options

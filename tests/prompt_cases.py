@@ -55,8 +55,10 @@ INSTANCE = {
 
 def rendered() -> dict[str, Any]:
     """Each prompt, by name, as the package renders it."""
-    from hopgym.agents import codeact, construct_prompts, kgetool_prompts, react
-    from hopgym.agents.base import describe_tools
+    from hopgym.agents import construct_prompts
+    from hopgym.agents.policies import codeact, react
+    from hopgym.agents.policies.base import describe_tools
+    from hopgym.agents.policies.kgetool import path_prompt
     from hopgym.envs import familytool, kgtool, prompts
     from hopgym.tasks import kg2tool_export, kg2tool_prompts
 
@@ -71,14 +73,14 @@ def rendered() -> dict[str, Any]:
         "agents.react.prompt": react.PROMPT.format(tools=describe_tools(TOOLS), names=names),
         "agents.react.format_reminder": react.FORMAT_REMINDER,
         "agents.codeact.prompt": codeact.PROMPT.format(signatures=codeact.python_signatures(TOOLS)),
-        "agents.kgetool.extraction": kgetool_prompts.extraction_messages(
+        "agents.kgetool.extraction": path_prompt.extraction_messages(
             "<speak>Speaker: Bob</speak> Call my dad {now}.", ["father", "prefer_dinnertime", "wife"]
         ),
-        "agents.kgetool.extraction_no_relations": kgetool_prompts.extraction_messages("Hi", []),
+        "agents.kgetool.extraction_no_relations": path_prompt.extraction_messages("Hi", []),
         "envs.familytool.extraction_query": familytool.extraction_query(
             "Call my dad.  ", "([['Bob', 'father', 'Jack']])"
         ),
-        "agents.kgetool.extraction_stop": list(kgetool_prompts.EXTRACTION_STOP),
+        "agents.kgetool.extraction_stop": list(path_prompt.EXTRACTION_STOP),
         "agents.construct.creation": construct_prompts.creation_prompt("When did {Abbey Road} come out?"),
         "agents.construct.refinement": construct_prompts.refinement_prompt(DOCUMENT),
         "agents.construct.generation": construct_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),

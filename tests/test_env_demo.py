@@ -6,7 +6,7 @@ import os
 import subprocess
 import sys
 
-from hopgym.agents.scripted import placeholder, schema_arguments
+from hopgym.agents.policies.scripted import placeholder, schema_arguments
 from hopgym.envs.validation import ToolValidator
 from hopgym.tasks.toolhop import load_toolhop
 from tests.shared_data import SUBSET, needs_data

@@ -121,7 +121,7 @@ def test_no_module_imports_a_higher_layer():
             "def f():\n    import hopgym.agents.runner\n",
             ":2 (layer 3) imports hopgym.agents",
         ),
-        ("hopgym.agents.fc", "from hopgym import cli\n", "imports hopgym.cli"),
+        ("hopgym.agents.policies.fc", "from hopgym import cli\n", "imports hopgym.cli"),
         ("hopgym.errors", "from hopgym.tasks import kg\n", "imports hopgym.tasks.kg"),
         ("hopgym.sandbox.pool", "from .base import Sandbox\n", "relative import .base"),
         (

@@ -243,7 +243,7 @@ def test_a_run_with_some_failed_episodes_says_so_and_exits_0(tmp_path: Path) -> 
 
 def test_any_exception_of_one_episode_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
     """Fault injection: the agent raises a plain RuntimeError (no hopgym error) in one episode."""
-    from hopgym.agents.fc import FunctionCallingAgent
+    from hopgym.agents.policies.fc import FunctionCallingAgent
 
     act = FunctionCallingAgent.act
 

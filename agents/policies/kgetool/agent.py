@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from hopgym.agents.base import Action, Agent, AgentStats, Observation
-from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
-from hopgym.agents.kgetool_prompts import EXTRACTION_STOP, extraction_messages
 from hopgym.agents.model.client import ModelClient
+from hopgym.agents.policies.base import Action, Agent, AgentStats, Observation
+from hopgym.agents.policies.kgetool.calls import parse_hermes_tool_calls, reply_text
+from hopgym.agents.policies.kgetool.path_prompt import EXTRACTION_STOP, extraction_messages
 from hopgym.errors import ConfigError
 
 RELATIONS_KEY = "relations"

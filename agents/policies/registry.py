@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from hopgym.agents.base import Agent
-from hopgym.agents.codeact import CodeActAgent
-from hopgym.agents.direct import DirectAgent
-from hopgym.agents.fc import FunctionCallingAgent
-from hopgym.agents.kgetool import KGEToolAgent
 from hopgym.agents.model.client import ModelClient
-from hopgym.agents.react import ReActAgent
+from hopgym.agents.policies.base import Agent
+from hopgym.agents.policies.codeact import CodeActAgent
+from hopgym.agents.policies.direct import DirectAgent
+from hopgym.agents.policies.fc import FunctionCallingAgent
+from hopgym.agents.policies.kgetool.agent import KGEToolAgent
+from hopgym.agents.policies.react import ReActAgent
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.agents.base import Action, Agent, Observation
+from hopgym.agents.policies.base import Action, Agent, Observation
 
 
 class DirectAgent(Agent):

@@ -13,8 +13,8 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from hopgym.agents.base import Action, Agent, Observation, with_system_prompt
-from hopgym.agents.text_calls import extract_code
+from hopgym.agents.policies.base import Action, Agent, Observation, with_system_prompt
+from hopgym.agents.policies.text_calls import extract_code
 from hopgym.prompts import load_prompts
 
 

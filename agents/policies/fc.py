@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.agents.base import Action, Agent, Observation
 from hopgym.agents.model.client import ModelClient
-from hopgym.agents.text_calls import parse_text_tool_calls
+from hopgym.agents.policies.base import Action, Agent, Observation
+from hopgym.agents.policies.text_calls import parse_text_tool_calls
 from hopgym.options import check_choice
 
 TOOL_CHOICES = ("auto", "required", "none")

@@ -13,9 +13,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from hopgym.agents.base import Action, Agent, Observation, describe_tools, with_system_prompt
 from hopgym.agents.model.client import ModelClient
-from hopgym.agents.text_calls import parse_text_tool_calls
+from hopgym.agents.policies.base import Action, Agent, Observation, describe_tools, with_system_prompt
+from hopgym.agents.policies.text_calls import parse_text_tool_calls
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call
 from hopgym.prompts import load_prompts
