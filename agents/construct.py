@@ -34,9 +34,9 @@ from hopgym.agents.construct_verify import (
     parse_json_reply,
     parse_proposed_call,
 )
+from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable, read_episodes
+from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
-from hopgym.agents.records import EpisodeWriter, check_resumable, read_episodes
-from hopgym.agents.runner import run_to_completion
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.construction_rows import QueryRow

@@ -11,8 +11,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.records import EPISODES_FILE, read_episodes
-from hopgym.agents.runner import RUN_FILE
+from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.envs.familytool_metrics import aggregate_metrics
 
 FAMILYTOOL_ENV = "FamilyTool-v0"

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hopgym.agents.evaluation.provenance import comparison_warnings, incomplete_note
+from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE
+from hopgym.agents.evaluation.stats import mean_interval, per_task_means
+from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.agents.plots import grouped_bars
-from hopgym.agents.provenance import comparison_warnings, incomplete_note
-from hopgym.agents.records import EPISODES_FILE, read_episodes
-from hopgym.agents.runner import RUN_FILE
-from hopgym.agents.stats import mean_interval, per_task_means
-from hopgym.agents.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.envs.env_options import env_creator
 from hopgym.envs.feedback_flips import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics

@@ -23,11 +23,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from hopgym.agents.provenance import incomplete_note
-from hopgym.agents.records import EPISODES_FILE
+from hopgym.agents.evaluation.provenance import incomplete_note
+from hopgym.agents.evaluation.records import EPISODES_FILE
+from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
+from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report import Run, load_run, run_names
-from hopgym.agents.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
-from hopgym.agents.summary import run_title
 from hopgym.errors import ConfigError, HopgymError, one_line
 
 HOST = "127.0.0.1"

@@ -34,10 +34,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalConfig, EvalRun
 
 
 def turn_delay(question: str, turn: int, mean: float, jitter: float) -> float:

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.ablation import table5_markdown
+from hopgym.agents.evaluation.ablation import table5_markdown
+from hopgym.agents.evaluation.stats import mean_interval
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.prompts import SYSTEM_PROMPTS

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 from gymnasium.utils.env_checker import check_env
 
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.errors import ConfigError, DataError, DownloadError

@@ -118,7 +118,7 @@ def test_no_module_imports_a_higher_layer():
         ),
         (
             "hopgym.envs.chat",
-            "def f():\n    import hopgym.agents.runner\n",
+            "def f():\n    import hopgym.agents.evaluation.runner\n",
             ":2 (layer 3) imports hopgym.agents",
         ),
         ("hopgym.agents.policies.fc", "from hopgym import cli\n", "imports hopgym.cli"),
@@ -126,8 +126,8 @@ def test_no_module_imports_a_higher_layer():
         ("hopgym.sandbox.pool", "from .base import Sandbox\n", "relative import .base"),
         (
             "hopgym.envs.chat",
-            "import importlib\nimportlib.import_module('hopgym.agents.runner')\n",
-            "imports hopgym.agents.runner",
+            "import importlib\nimportlib.import_module('hopgym.agents.evaluation.runner')\n",
+            "imports hopgym.agents.evaluation.runner",
         ),
         ("hopgym.tasks.kg", "__import__('hopgym.sandbox')\n", "imports hopgym.sandbox"),
     ],
@@ -142,4 +142,6 @@ def test_the_check_allows_downward_and_same_layer_imports():
         "from hopgym.errors import ConfigError\nfrom hopgym.tasks.kg import KG\nimport hopgym.envs.chat\n"
     )
     assert upward_imports("hopgym.envs.toolhop", source) == []
-    assert upward_imports("hopgym.commands.eval", "from hopgym.agents.runner import EvalRun\n") == []
+    assert (
+        upward_imports("hopgym.commands.eval", "from hopgym.agents.evaluation.runner import EvalRun\n") == []
+    )

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 from test_construct_local import require_local_model
 
-from hopgym.agents import records
+from hopgym.agents.evaluation import records
+from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.model.local_server import local_model_string, local_server
 from hopgym.agents.model.server_process import ServerProcess
-from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalConfig, EvalRun
 from hopgym.cli import main
 from hopgym.tasks.toolhop import load_toolhop
 

@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.evaluation.stats import mean_interval
 from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.stats import mean_interval
 from hopgym.cli import main
 from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
 from hopgym.envs.metrics import table4_metrics
@@ -319,7 +319,7 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from hopgym.agents.runner import EnvPool
+    from hopgym.agents.evaluation.runner import EnvPool
 
     started, finish = threading.Event(), threading.Event()
 

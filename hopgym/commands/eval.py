@@ -174,12 +174,12 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
 
 
 def run(args: argparse.Namespace) -> int:
+    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.runner import EvalConfig, EvalRun, run_verdict
+    from hopgym.agents.evaluation.summary import markdown_table, run_title
+    from hopgym.agents.evaluation.tracking import Tracker, log_run
     from hopgym.agents.kgetool_tables import familytool_tables_for_run
     from hopgym.agents.model.client import ModelConfig
-    from hopgym.agents.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.runner import EvalConfig, EvalRun, run_verdict
-    from hopgym.agents.summary import markdown_table, run_title
-    from hopgym.agents.tracking import Tracker, log_run
 
     trackers = [Tracker.parse(spec) for spec in args.track]
     for tracker in trackers:  # before the run: a missing library must not cost the run

@@ -33,11 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.provenance import comparison_warnings
-    from hopgym.agents.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.provenance import comparison_warnings
+    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.runner import RUN_FILE
+    from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
     from hopgym.agents.report import run_labels
-    from hopgym.agents.runner import RUN_FILE
-    from hopgym.agents.summary import markdown_table, run_title, summarize
 
     summaries = {}
     for folder, name in zip(args.runs, run_labels(args.runs, args.label), strict=True):

@@ -5,7 +5,7 @@ this module adds what the runner knows (parallel calls, turns, tokens, protocol 
 mean of each per-episode ``metrics`` value an env reports (e.g. FamilyTool's), under the same keys.
 
 Every per-episode headline metric also gets a 95% interval (``intervals``, over tasks: see
-:mod:`hopgym.agents.stats`), and with several samples per task pass@k and pass^k.
+:mod:`hopgym.agents.evaluation.stats`), and with several samples per task pass@k and pass^k.
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.agents.model.cost import token_cost
-from hopgym.agents.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 
 # (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num" and

@@ -10,8 +10,9 @@ the model config carries a ``seed``, asks the model with ``seed + k`` too, so th
 is reproducible.
 
 Where episodes run is the executor's business: :class:`LocalExecutor` runs them in this process, the Ray
-executor (``agents/ray_executor.py``) on a cluster's nodes, each with its own :class:`EpisodeRunner`. Either
-streams finished records back to :class:`EvalRun`, which alone writes the run folder.
+executor (``agents/evaluation/ray_executor.py``) on a cluster's nodes, each with its own
+:class:`EpisodeRunner`. Either streams finished records back to :class:`EvalRun`, which alone writes the run
+folder.
 """
 
 from __future__ import annotations
@@ -33,18 +34,18 @@ import gymnasium as gym
 from tqdm import tqdm
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.model.client import ModelClient, ModelConfig
-from hopgym.agents.policies.base import Agent
-from hopgym.agents.policies.registry import agent_factory
-from hopgym.agents.provenance import finish_provenance, start_provenance
-from hopgym.agents.records import (
+from hopgym.agents.evaluation.provenance import finish_provenance, start_provenance
+from hopgym.agents.evaluation.records import (
     EPISODES_FILE,
     EpisodeRecord,
     EpisodeWriter,
     check_resumable,
     read_episodes,
 )
-from hopgym.agents.summary import markdown_table, run_title, summarize
+from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.policies.base import Agent
+from hopgym.agents.policies.registry import agent_factory
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
@@ -363,7 +364,7 @@ class EvalRun:
         if config.executor not in EXECUTORS:
             raise ConfigError(f"unknown executor {config.executor!r}; valid: {', '.join(EXECUTORS)}")
         if config.executor == "ray":
-            from hopgym.agents.ray_executor import require_ray
+            from hopgym.agents.evaluation.ray_executor import require_ray
 
             require_ray()
         check_env_options(config.env_id, config.env_kwargs)
@@ -399,7 +400,7 @@ class EvalRun:
 
     def _executor(self, first_env: gym.Env) -> Executor:
         if self.config.executor == "ray":
-            from hopgym.agents.ray_executor import RayExecutor
+            from hopgym.agents.evaluation.ray_executor import RayExecutor
 
             return RayExecutor(self.config)
         return LocalExecutor(self._runner, first_env)

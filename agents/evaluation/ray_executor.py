@@ -17,8 +17,8 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
-from hopgym.agents.records import EpisodeRecord
-from hopgym.agents.runner import Episode, EpisodeRunner, EvalConfig
+from hopgym.agents.evaluation.records import EpisodeRecord
+from hopgym.agents.evaluation.runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.errors import ClusterError, ConfigError, one_line
 
 EXTRA_MESSAGE = "--executor ray needs Ray: pip install 'hopgym[ray]'"

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.provenance import now
-from hopgym.agents.records import EPISODES_FILE, EpisodeWriter, read_episodes
-from hopgym.agents.runner import RUN_FILE, write_summary_files
+from hopgym.agents.evaluation.provenance import now
+from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
 from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop import PROTOCOLS
 from hopgym.errors import ConfigError, DataError

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.records import EPISODES_FILE, read_episodes
-from hopgym.agents.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD, episode_key
-from hopgym.agents.summary import episode_values
+from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD, episode_key
+from hopgym.agents.evaluation.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError
 
 TRACKERS = ("mlflow", "wandb")
