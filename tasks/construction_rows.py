@@ -1,6 +1,6 @@
-"""Inputs of query-driven tool construction (agents/construct.py): a multi-hop question, its answer and
-its (sub-question, sub-answer) hops in order, read from JSON rows: either given in order, or recovered from a
-ToolHop row, whose functions follow the hops."""
+"""Inputs of query-driven tool construction (agents/construction/pipeline.py): a multi-hop question, its
+answer and its (sub-question, sub-answer) hops in order, read from JSON rows: either given in order, or
+recovered from a ToolHop row, whose functions follow the hops."""
 
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ INSTANCE = {
 
 def rendered() -> dict[str, Any]:
     """Each prompt, by name, as the package renders it."""
-    from hopgym.agents import construct_prompts
+    from hopgym.agents.construction import stage_prompts
     from hopgym.agents.policies import codeact, react
     from hopgym.agents.policies.base import describe_tools
     from hopgym.agents.policies.kgetool import path_prompt
@@ -81,11 +81,11 @@ def rendered() -> dict[str, Any]:
             "Call my dad.  ", "([['Bob', 'father', 'Jack']])"
         ),
         "agents.kgetool.extraction_stop": list(path_prompt.EXTRACTION_STOP),
-        "agents.construct.creation": construct_prompts.creation_prompt("When did {Abbey Road} come out?"),
-        "agents.construct.refinement": construct_prompts.refinement_prompt(DOCUMENT),
-        "agents.construct.generation": construct_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
-        "agents.construct.generation_unnamed": construct_prompts.generation_prompt({}, "Q", "A"),
-        "agents.construct.retry": construct_prompts.retry_prompt("- the {tool} has no name\n- no call"),
+        "agents.construct.creation": stage_prompts.creation_prompt("When did {Abbey Road} come out?"),
+        "agents.construct.refinement": stage_prompts.refinement_prompt(DOCUMENT),
+        "agents.construct.generation": stage_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
+        "agents.construct.generation_unnamed": stage_prompts.generation_prompt({}, "Q", "A"),
+        "agents.construct.retry": stage_prompts.retry_prompt("- the {tool} has no name\n- no call"),
         "tasks.kg2tool.translation": kg2tool_prompts.translation_messages(INSTANCE),
         "tasks.kg2tool_export.system": kg2tool_export.SYSTEM_PROMPT,
         "tasks.kg2tool_export.questions": [

@@ -13,7 +13,7 @@ import gymnasium as gym
 import pytest
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.construct import STAGES, report_path
+from hopgym.agents.construction.pipeline import STAGES, report_path
 from hopgym.cli import main
 from hopgym.tasks.construction_rows import read_query_rows
 

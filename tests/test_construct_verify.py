@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from hopgym.agents.construct_verify import (
+from hopgym.agents.construction.checks import (
     check_backward_compatible,
     check_document,
     check_execution,

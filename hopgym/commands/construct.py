@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.construct import (
+    from hopgym.agents.construction.pipeline import (
         ToolConstructor,
         construct_dataset,
         report_markdown,

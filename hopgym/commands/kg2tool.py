@@ -74,8 +74,8 @@ def run_sample(args: argparse.Namespace) -> int:
 def refine_queries(tasks: list[KG2ToolTask], source: KGSource, args: argparse.Namespace) -> list[KG2ToolTask]:
     """The tasks with their queries reworded by ``--refine-with``; each task that kept its template query
     is reported."""
+    from hopgym.agents.construction.kg2tool_refine import refine_queries as refine
     from hopgym.agents.evaluation.runner import run_to_completion
-    from hopgym.agents.kg2tool_refine import refine_queries as refine
     from hopgym.agents.model.client import ModelClient, ModelConfig
 
     client = ModelClient(ModelConfig(args.refine_with, api_base=args.api_base, api_key=args.api_key))

@@ -1,6 +1,6 @@
 """Query-driven tool construction (ToolHop paper, Section 2.2): from a multi-hop query with ordered
 (sub-question, sub-answer) pairs, a model writes one tool per sub-question in three stages — creation
-of a document, its refinement, and code generation — each checked (agents/construct_verify.py) and
+of a document, its refinement, and code generation — each checked (agents/construction/checks.py) and
 retried with the failure up to a limit. Rows whose every tool passed become rows of a dataset in the
 official ToolHop JSON format (plus ``id`` and ``gold_calls``, the verified calls), which ToolHop-v0 loads.
 
@@ -20,19 +20,19 @@ from typing import Any
 
 from tqdm import tqdm
 
-from hopgym.agents.construct_prompts import (
-    creation_prompt,
-    generation_prompt,
-    refinement_prompt,
-    retry_prompt,
-)
-from hopgym.agents.construct_verify import (
+from hopgym.agents.construction.checks import (
     check_backward_compatible,
     check_document,
     check_execution,
     check_signature,
     parse_json_reply,
     parse_proposed_call,
+)
+from hopgym.agents.construction.stage_prompts import (
+    creation_prompt,
+    generation_prompt,
+    refinement_prompt,
+    retry_prompt,
 )
 from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable, read_episodes
 from hopgym.agents.evaluation.runner import run_to_completion
