@@ -178,8 +178,8 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.runner import EvalConfig, EvalRun, run_verdict
     from hopgym.agents.evaluation.summary import markdown_table, run_title
     from hopgym.agents.evaluation.tracking import Tracker, log_run
-    from hopgym.agents.kgetool_tables import familytool_tables_for_run
     from hopgym.agents.model.client import ModelConfig
+    from hopgym.agents.report.familytool_tables import familytool_tables_for_run
 
     trackers = [Tracker.parse(spec) for spec in args.track]
     for tracker in trackers:  # before the run: a missing library must not cost the run

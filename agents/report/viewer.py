@@ -27,7 +27,7 @@ from hopgym.agents.evaluation.provenance import incomplete_note
 from hopgym.agents.evaluation.records import EPISODES_FILE
 from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import run_title
-from hopgym.agents.report import Run, load_run, run_names
+from hopgym.agents.report.markdown import Run, load_run, run_names
 from hopgym.errors import ConfigError, HopgymError, one_line
 
 HOST = "127.0.0.1"
@@ -202,7 +202,7 @@ class _Handler(BaseHTTPRequestHandler):
         query = {key: values[-1] for key, values in parse_qs(url.query).items()}
         if path in STATIC_FILES:
             name = STATIC_FILES[path]
-            body = (resources.files("hopgym.agents") / "viewer_static" / name).read_bytes()
+            body = (resources.files("hopgym.agents.report") / "viewer_static" / name).read_bytes()
             self._send(HTTPStatus.OK, body, _content_type(name), PAGE_POLICY)
         elif path == "/api/runs":
             self._send_json(HTTPStatus.OK, [source.overview() for source in self.server.sources])

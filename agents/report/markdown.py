@@ -20,7 +20,7 @@ from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
 from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
-from hopgym.agents.plots import grouped_bars
+from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.env_options import env_creator
 from hopgym.envs.feedback_flips import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
