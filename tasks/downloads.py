@@ -15,8 +15,6 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from hopgym.errors import ConfigError, DownloadError
 from hopgym.tasks.toolhop_data import download_toolhop, sha256_of
 
@@ -76,11 +74,6 @@ DATASETS: dict[str, tuple[RemoteFile, ...]] = {
     for name, sources in _SOURCES.items()
 }
 NAMES = (*DATASETS, "toolhop")
-
-
-def data_cache_root() -> Path:
-    """The default download folder (e.g. ``~/.cache/hopgym``), laid out like ``$HOPGYM_DATA``."""
-    return Path(platformdirs.user_cache_dir("hopgym"))
 
 
 def fetch_file(remote: RemoteFile, destination: Path, base_url: str, timeout: float = 60.0) -> Path:

@@ -1,9 +1,8 @@
-"""Reading triples written as bracketed lists, quoted Python-style or bare, and locating KG data files."""
+"""Reading triples written as bracketed lists, quoted Python-style or bare."""
 
 from __future__ import annotations
 
 import ast
-import os
 import re
 from pathlib import Path
 
@@ -63,25 +62,3 @@ def read_triples_file(path: str | Path) -> list[Triple]:
         except DataError as exc:
             raise DataError(f"{path}:{number}: {exc}") from exc
     return triples
-
-
-def resolve_data_file(explicit: str | os.PathLike[str] | None, folder: str, filename: str) -> Path:
-    """The explicit path when given, else ``$HOPGYM_DATA/<folder>/<filename>``, else the download cache
-    (``hopgym data download``); it must exist."""
-    from hopgym.tasks.downloads import data_cache_root
-
-    if explicit is not None:
-        path = Path(explicit)
-    elif os.environ.get("HOPGYM_DATA"):
-        path = Path(os.environ["HOPGYM_DATA"]) / folder / filename
-    elif (data_cache_root() / folder / filename).exists():
-        path = data_cache_root() / folder / filename
-    else:
-        raise DataError(
-            f"no path given for {folder}/{filename}, HOPGYM_DATA is not set and the download cache "
-            f"{data_cache_root()} has no {folder}/: run `hopgym data download {folder}`, pass the path "
-            f"explicitly or set HOPGYM_DATA to the folder that holds {folder}/"
-        )
-    if not path.exists():
-        raise DataError(f"{path} does not exist (looked for {folder}/{filename})")
-    return path

@@ -6,10 +6,10 @@ import hashlib
 import os
 from pathlib import Path
 
-import platformdirs
 from huggingface_hub import hf_hub_download
 
 from hopgym.errors import DataError, DownloadError
+from hopgym.tasks.data_files import data_cache_root
 
 HUB_REPO_ID = "bytedance-research/ToolHop"
 HUB_FILENAME = "data/ToolHop.json"
@@ -23,7 +23,7 @@ DATA_DIR_FILENAMES = ("toolhop_subset100.jsonl", "ToolHop.json", HUB_FILENAME)
 
 def cache_dir() -> Path:
     """Where downloaded ToolHop data lives: the user cache dir (e.g. ``~/.cache/hopgym/toolhop``)."""
-    return Path(platformdirs.user_cache_dir("hopgym")) / "toolhop"
+    return data_cache_root() / "toolhop"
 
 
 def resolve_toolhop_path(data_path: str | os.PathLike[str] | None = None) -> Path:
