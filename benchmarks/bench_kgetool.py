@@ -21,8 +21,8 @@ import sys
 import time
 
 from hopgym.tasks.familytool import FamilyToolTask, load_family_kg, load_familytool
+from hopgym.tasks.kg.triples import Triple
 from hopgym.tasks.kg_extraction import EXTRACTION_MODES, extract
-from hopgym.tasks.kg_io import Triple
 from hopgym.tasks.kg_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
 
 

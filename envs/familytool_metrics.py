@@ -18,8 +18,8 @@ from typing import Any
 
 from hopgym.envs.validation import parse_arguments
 from hopgym.tasks.familytool import FamilyToolGoldCall, FamilyToolTask
+from hopgym.tasks.kg.triples import Triple
 from hopgym.tasks.kg_extraction import BAD_EXTRACT, check_reading
-from hopgym.tasks.kg_io import Triple
 
 TOOL_KEYS = ("tool_em", "tool_acc", "value_acc")
 KG_KEYS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage", "kg_format_error")

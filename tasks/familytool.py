@@ -20,8 +20,8 @@ from hopgym.errors import DataError
 from hopgym.messages import ToolSchema, tool_schema
 from hopgym.options import check_choice
 from hopgym.tasks.data_files import resolve_data_file
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_io import Triple, parse_triples, quotes_triples
+from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.kg.triples import Triple, parse_triples, quotes_triples
 
 DATA_FOLDER = "familytool"
 Variant = Literal["b", "e"]

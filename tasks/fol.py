@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 FolTree = dict[str, Any]
 

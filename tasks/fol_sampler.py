@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.fol import FolTree, evaluate_ids, pattern_template
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 DEFAULT_MAX_ANSWERS = 100
 ATTEMPTS_PER_SAMPLE = 1000

@@ -47,8 +47,8 @@ from typing import Literal, get_args
 
 from hopgym.errors import ConfigError
 from hopgym.options import check_choice
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_io import Triple
+from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.kg.triples import Triple
 
 ExtractionMode = Literal["exact", "greedy", "retrieval"]
 Reading = Literal["official", "paper"]

@@ -12,7 +12,7 @@ are committed and checked. Two naming styles:
 
 Names fit OpenAI's ``^[a-zA-Z0-9_-]{1,64}$``: characters outside it become ``_``, names are cut to 64
 characters, and a later name equal to an earlier one gets ``_2``, ``_3`` ... (relations are visited sorted,
-forward before inverse). The function code calls the in-sandbox store of ``kg_store_source``.
+forward before inverse). The function code calls the in-sandbox store of ``tasks/kg/store_source.py``.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Any, Literal
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.messages import ToolSchema, tool_schema
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 STYLES = ("family", "kg2tool")
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -363,7 +363,7 @@ def tools_for_kg(kg_name: str, data_path: str | Path | None = None) -> list[Gene
 
         return generate_kg_tools(load_family_kg(kg_name[-1], data_path), "family")
     if kg_name == "fb15k-237":
-        from hopgym.tasks.fb15k237 import load_fb15k237
+        from hopgym.tasks.kg.fb15k237 import load_fb15k237
 
         dataset = load_fb15k237(data_path)
         return generate_kg_tools(dataset.kg, "kg2tool", dataset.relation_texts)

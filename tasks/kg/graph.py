@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hopgym.errors import KGError
-from hopgym.tasks.kg_io import Triple, read_triples_file
+from hopgym.tasks.kg.triples import Triple, read_triples_file
 
 Adjacency = dict[int, dict[int, list[int]]]
 

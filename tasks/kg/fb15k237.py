@@ -14,7 +14,7 @@ from pathlib import Path
 
 from hopgym.errors import DataError
 from hopgym.tasks.data_files import resolve_data_file
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 DATA_FOLDER = "fb15k-237"
 SPLIT_FILES = ("train2id.txt", "valid2id.txt", "test2id.txt")
