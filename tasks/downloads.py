@@ -4,7 +4,7 @@ into a folder laid out as ``$HOPGYM_DATA`` expects (by default the user cache, w
 
 FamilyTool comes from github.com/yxzwang/FamilyTool, FB15k-237 from github.com/thunlp/OpenKE (triples and
 ids) and github.com/yao8839836/kg-bert (names), both as raw files of a pinned commit; ToolHop from the
-Hugging Face hub (:mod:`hopgym.tasks.toolhop_data`). A file whose digest differs is removed, never used.
+Hugging Face hub (:mod:`hopgym.tasks.toolhop.hub`). A file whose digest differs is removed, never used.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hopgym.errors import ConfigError, DownloadError
-from hopgym.tasks.toolhop_data import download_toolhop, sha256_of
+from hopgym.tasks.toolhop.hub import download_toolhop, sha256_of
 
 GITHUB_RAW = "https://raw.githubusercontent.com"
 

@@ -15,7 +15,7 @@ from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedRep
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.prompts import SYSTEM_PROMPTS
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 TASKS = load_toolhop()
 INDEX_BY_QUESTION = {task.question: index for index, task in enumerate(TASKS)}

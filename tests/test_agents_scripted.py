@@ -17,7 +17,7 @@ from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.policies.react import FORMAT_REMINDER
 from hopgym.agents.policies.text_calls import parse_text_tool_calls
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 FIRST_TASK = load_toolhop()[0]
 GOLD = FIRST_TASK.answer

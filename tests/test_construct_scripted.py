@@ -24,7 +24,7 @@ from hopgym.agents.construction.pipeline import report_path, rows_path
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.construction_rows import read_query_rows
+from hopgym.tasks.toolhop.construction_rows import read_query_rows
 from tests.shared_data import SUBSET, needs_data
 
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")

@@ -25,7 +25,7 @@ from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.model.local_server import local_model_string, local_server
 from hopgym.agents.model.server_process import ServerProcess
 from hopgym.cli import main
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 pytestmark = pytest.mark.model
 STATUSES = {"ok", "tool_hallucination", "parameter_hallucination", "parameter_missing", "invalid_arguments"}

@@ -24,7 +24,7 @@ from hopgym.cli import main
 from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
 from hopgym.envs.metrics import table4_metrics
 from hopgym.errors import ConfigError
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 from tests.shared_data import SUBSET
 
 TASKS = load_toolhop()

@@ -22,9 +22,9 @@ from hopgym.envs.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.sandbox.base import CallResult, Sandbox
-from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.task import GoldCall
 from hopgym.tasks.tool_source import read_tool_source
+from hopgym.tasks.toolhop.gold_calls import parse_gold_call
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 _FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)

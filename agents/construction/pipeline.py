@@ -39,7 +39,7 @@ from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.construction_rows import QueryRow
+from hopgym.tasks.toolhop.construction_rows import QueryRow
 
 STAGES = ("creation", "refinement", "generation")
 Check = Callable[[str], tuple[Any, list[str]]]

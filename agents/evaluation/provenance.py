@@ -11,7 +11,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from hopgym.tasks.toolhop_data import sha256_of
+from hopgym.tasks.toolhop.hub import sha256_of
 
 
 def hopgym_version() -> str:

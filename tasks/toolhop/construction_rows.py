@@ -12,7 +12,7 @@ from typing import Any
 
 from hopgym.errors import DataError
 from hopgym.tasks.tool_source import read_tool_source
-from hopgym.tasks.toolhop import read_rows
+from hopgym.tasks.toolhop.loader import read_rows
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hopgym.errors import DataError
-from hopgym.tasks.toolhop_data import cache_dir, download_hub_file, sha256_of
+from hopgym.tasks.toolhop.hub import cache_dir, download_hub_file, sha256_of
 
 OFFICIAL_FILENAME = "code/evaluation_closed.py"
 OFFICIAL_SHA256 = "1f90588100f48b806dd0744c53ab7f4a9ace19f057c1f4753bae83634baf3424"
