@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.familytool import load_family_kg
+from hopgym.tasks.familytool.dataset import load_family_kg
 from hopgym.tasks.fol import PATTERN_NAMES, FolStep, FolTree, trace
 from hopgym.tasks.fol_sampler import DEFAULT_MAX_ANSWERS, sample_queries
 from hopgym.tasks.fol_text import RelationWording, generic_wording, query_text

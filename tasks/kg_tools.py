@@ -359,7 +359,7 @@ def tools_for_kg(kg_name: str, data_path: str | Path | None = None) -> list[Gene
     """The tools of a named KG, generated from its data (``data_path``: the KG file or FB15k-237 folder;
     default under ``$HOPGYM_DATA``)."""
     if kg_name in ("family-b", "family-e"):
-        from hopgym.tasks.familytool import load_family_kg
+        from hopgym.tasks.familytool.dataset import load_family_kg
 
         return generate_kg_tools(load_family_kg(kg_name[-1], data_path), "family")
     if kg_name == "fb15k-237":

