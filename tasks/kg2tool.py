@@ -19,9 +19,9 @@ from typing import Literal, get_args
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.familytool.dataset import load_family_kg
-from hopgym.tasks.fol import PATTERN_NAMES, FolStep, FolTree, trace
-from hopgym.tasks.fol_sampler import DEFAULT_MAX_ANSWERS, sample_queries
-from hopgym.tasks.fol_text import RelationWording, generic_wording, query_text
+from hopgym.tasks.fol.queries import PATTERN_NAMES, FolStep, FolTree, trace
+from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS, sample_queries
+from hopgym.tasks.fol.text import RelationWording, generic_wording, query_text
 from hopgym.tasks.kg.fb15k237 import freebase_wording, load_fb15k237
 from hopgym.tasks.kg.graph import KnowledgeGraph
 from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import DataError
-from hopgym.tasks.fol import FolTree, pattern_of
+from hopgym.tasks.fol.queries import FolTree, pattern_of
 
 
 @dataclass(frozen=True)

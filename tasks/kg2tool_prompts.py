@@ -16,7 +16,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
 from hopgym.prompts import load_prompts
-from hopgym.tasks.fol import FolTree, pattern_template
+from hopgym.tasks.fol.queries import FolTree, pattern_template
 from hopgym.tasks.kg2tool_model import KG2ToolTask
 from hopgym.tasks.kg_tools import GeneratedTool
 

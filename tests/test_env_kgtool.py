@@ -13,7 +13,7 @@ from hopgym.cli import main
 from hopgym.envs.kgtool import DEFAULT_SANDBOX_OPTIONS, KGToolEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.fol import PATTERN_NAMES
+from hopgym.tasks.fol.queries import PATTERN_NAMES
 from hopgym.tasks.kg2tool_export import answer_text
 from hopgym.tasks.kg2tool_model import read_tasks
 from tests.shared_data import needs_data

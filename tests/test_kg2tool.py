@@ -9,7 +9,7 @@ import pytest
 
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.fol import PATTERN_NAMES, execute
+from hopgym.tasks.fol.queries import PATTERN_NAMES, execute
 from hopgym.tasks.kg2tool import NEGATION, load_kg_source, parse_patterns, sample_tasks
 from hopgym.tasks.kg2tool_model import read_tasks, task_from_record, write_tasks
 from hopgym.tasks.kg_tools import committed_tools

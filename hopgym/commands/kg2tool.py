@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from hopgym.tasks.fol_sampler import DEFAULT_MAX_ANSWERS
+    from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS
     from hopgym.tasks.kg2tool import KG_NAMES
     from hopgym.tasks.kg2tool_export import EXPORT_FORMATS, RECORD_KINDS
 

@@ -63,7 +63,7 @@ class FreebaseRelation:
 
 
 def freebase_wording(relation: str, inverse: bool, subject: str) -> str:
-    """A ``RelationWording`` (see fol_text) for FB15k-237's Freebase relation paths."""
+    """A ``RelationWording`` (tasks/fol/text.py) for FB15k-237's Freebase relation paths."""
     return parse_relation(relation).describe(subject, inverse=inverse)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from hopgym.tasks.fol import FolTree
+from hopgym.tasks.fol.queries import FolTree
 
 # (relation, inverse, subject phrase) -> phrase for the set reached from the subject along the relation.
 RelationWording = Callable[[str, bool, str], str]

@@ -20,7 +20,7 @@ import random
 from dataclasses import dataclass
 
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.fol import FolTree, evaluate_ids, pattern_template
+from hopgym.tasks.fol.queries import FolTree, evaluate_ids, pattern_template
 from hopgym.tasks.kg.graph import KnowledgeGraph
 
 DEFAULT_MAX_ANSWERS = 100
