@@ -46,7 +46,7 @@ from hopgym.tasks.familytool.extraction import (
     extract,
 )
 from hopgym.tasks.familytool.retrieval import make_retriever
-from hopgym.tasks.kg_tools import generate_kg_tools
+from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
 
 KgMode = Literal["gold", "none", "full", "tools", "extract"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)

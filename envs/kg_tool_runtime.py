@@ -19,7 +19,7 @@ from hopgym.errors import SandboxError
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox
 from hopgym.tasks.kg.graph import KnowledgeGraph
 from hopgym.tasks.kg.triples import Triple
-from hopgym.tasks.kg_tools import GeneratedTool, module_source
+from hopgym.tasks.kg2tool.generated_tools import GeneratedTool, module_source
 
 STORE_SOURCE_FILE = files("hopgym.tasks.kg").joinpath("store_source.py")
 

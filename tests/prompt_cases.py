@@ -60,7 +60,7 @@ def rendered() -> dict[str, Any]:
     from hopgym.agents.policies.base import describe_tools
     from hopgym.agents.policies.kgetool import path_prompt
     from hopgym.envs import familytool, kgtool, prompts
-    from hopgym.tasks import kg2tool_export, kg2tool_prompts
+    from hopgym.tasks.kg2tool import export, query_prompt
 
     names = ", ".join(tool["function"]["name"] for tool in TOOLS)
     cases: dict[str, Any] = {
@@ -86,18 +86,18 @@ def rendered() -> dict[str, Any]:
         "agents.construct.generation": stage_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
         "agents.construct.generation_unnamed": stage_prompts.generation_prompt({}, "Q", "A"),
         "agents.construct.retry": stage_prompts.retry_prompt("- the {tool} has no name\n- no call"),
-        "tasks.kg2tool.translation": kg2tool_prompts.translation_messages(INSTANCE),
-        "tasks.kg2tool_export.system": kg2tool_export.SYSTEM_PROMPT,
+        "tasks.kg2tool.translation": query_prompt.translation_messages(INSTANCE),
+        "tasks.kg2tool_export.system": export.SYSTEM_PROMPT,
         "tasks.kg2tool_export.questions": [
-            kg2tool_export.GOAL_QUESTION,
-            kg2tool_export.TOOL_QUESTION,
-            kg2tool_export.ARGUMENTS_QUESTION,
-            kg2tool_export.CALL_REQUEST,
-            kg2tool_export.ANSWER_QUESTION,
-            kg2tool_export.PLAN_QUESTION,
-            kg2tool_export.REVIEW_QUESTION,
+            export.GOAL_QUESTION,
+            export.TOOL_QUESTION,
+            export.ARGUMENTS_QUESTION,
+            export.CALL_REQUEST,
+            export.ANSWER_QUESTION,
+            export.PLAN_QUESTION,
+            export.REVIEW_QUESTION,
         ],
-        "tasks.kg2tool_export.system_with_tools": kg2tool_export.system_prompt([DOCUMENT]),
+        "tasks.kg2tool_export.system_with_tools": export.system_prompt([DOCUMENT]),
     }
     return cases
 

@@ -14,8 +14,8 @@ from hopgym.envs.kgtool import DEFAULT_SANDBOX_OPTIONS, KGToolEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.fol.queries import PATTERN_NAMES
-from hopgym.tasks.kg2tool_export import answer_text
-from hopgym.tasks.kg2tool_model import read_tasks
+from hopgym.tasks.kg2tool.export import answer_text
+from hopgym.tasks.kg2tool.task_file import read_tasks
 from tests.shared_data import needs_data
 
 pytestmark = needs_data("fb15k-237/train2id.txt")

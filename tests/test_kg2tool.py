@@ -10,9 +10,9 @@ import pytest
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.fol.queries import PATTERN_NAMES, execute
-from hopgym.tasks.kg2tool import NEGATION, load_kg_source, parse_patterns, sample_tasks
-from hopgym.tasks.kg2tool_model import read_tasks, task_from_record, write_tasks
-from hopgym.tasks.kg_tools import committed_tools
+from hopgym.tasks.kg2tool.assembly import NEGATION, load_kg_source, parse_patterns, sample_tasks
+from hopgym.tasks.kg2tool.generated_tools import committed_tools
+from hopgym.tasks.kg2tool.task_file import read_tasks, task_from_record, write_tasks
 from tests.shared_data import DATA, needs_data
 
 pytestmark = needs_data("fb15k-237/train2id.txt")

@@ -17,7 +17,7 @@ from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
 from hopgym.tasks.kg.fb15k237 import load_fb15k237
 from hopgym.tasks.kg.graph import KnowledgeGraph
-from hopgym.tasks.kg_tools import (
+from hopgym.tasks.kg2tool.generated_tools import (
     GENERATED_DIR,
     KNOWN_KGS,
     MODULE_FILE,

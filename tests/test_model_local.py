@@ -234,7 +234,7 @@ def test_every_familytool_tool_list_with_the_kg_tools_compiles_to_a_grammar_llam
     from hopgym.agents.model.llama_entry import grammar_parser, tool_call_grammar
     from hopgym.agents.model.local_server import find_local_model
     from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
-    from hopgym.tasks.kg_tools import generate_kg_tools
+    from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
 
     parses = grammar_parser(llama_cpp.Llama(str(find_local_model()), n_ctx=64, verbose=False))
     for variant in ("b", "e"):

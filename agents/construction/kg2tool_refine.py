@@ -1,5 +1,5 @@
 """KG2Tool query refinement (paper Appendix A.2): a model rewords each sampled task's template query with
-the FOL translation prompt (tasks/kg2tool_prompts.py); a reply that is not the expected JSON, or drops an
+the FOL translation prompt (tasks/kg2tool/query_prompt.py); a reply that is not the expected JSON, or drops an
 entity mention the tools need, leaves that task's template query in place."""
 
 from __future__ import annotations
@@ -10,14 +10,14 @@ from collections.abc import Sequence
 
 from hopgym.agents.model.client import ModelClient
 from hopgym.errors import ConfigError
-from hopgym.tasks.kg2tool import KGSource, SolutionBuilder
-from hopgym.tasks.kg2tool_model import KG2ToolTask
-from hopgym.tasks.kg2tool_prompts import (
+from hopgym.tasks.kg2tool.assembly import KGSource, SolutionBuilder
+from hopgym.tasks.kg2tool.query_prompt import (
     anchor_entities,
     parse_translation,
     translation_input,
     translation_messages,
 )
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask
 
 
 async def refine_queries(

@@ -351,7 +351,7 @@ def _set_tools() -> list[GeneratedTool]:
 # -- the KGs hopgym ships tools for ---------------------------------------------------------------------
 
 KNOWN_KGS = ("family-b", "family-e", "fb15k-237")
-GENERATED_DIR = Path(__file__).resolve().parent.parent / "tools_generated"
+GENERATED_DIR = Path(__file__).resolve().parents[2] / "tools_generated"
 """Where the committed tools live (``tools_generated/<kg>/``; the package ``hopgym.tools_generated``)."""
 
 

@@ -36,7 +36,7 @@ from typing import Any, TypedDict
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.prompts import load_prompts
-from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask, SolutionCall
 
 EXPORT_FORMATS = ("sharegpt", "alpaca", "openai")
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")

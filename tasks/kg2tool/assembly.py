@@ -1,11 +1,12 @@
 """KG2Tool task assembly: a sampled FOL query becomes a task with its query text, answers and solution path.
 
 The solution path is the query's execution in post-order (paper Section 4.3) expressed as calls of the
-generated KG2Tool tools (tasks/kg_tools.py, style ``kg2tool``): a projection is one call of its relation's
-tool (forward or inverse) on the anchor or on the previous step's whole result; an intersection is one
-``get_intersection_of`` call over its positive branches, then one ``get_negation_of`` call per complemented
-branch (the entities of the intersection not in that branch); a union is one ``get_union_of`` call. The
-results are those of the KG itself (``fol.trace``), so re-executing the calls reproduces them exactly.
+generated KG2Tool tools (tasks/kg2tool/generated_tools.py, style ``kg2tool``): a projection is one call of its
+relation's tool (forward or inverse) on the anchor or on the previous step's whole result; an intersection is
+one ``get_intersection_of`` call over its positive branches, then one ``get_negation_of`` call per
+complemented branch (the entities of the intersection not in that branch); a union is one ``get_union_of``
+call. The results are those of the KG itself (``fol.queries.trace``), so re-executing the calls reproduces
+them exactly.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS, sample_queries
 from hopgym.tasks.fol.text import RelationWording, generic_wording, query_text
 from hopgym.tasks.kg.fb15k237 import freebase_wording, load_fb15k237
 from hopgym.tasks.kg.graph import KnowledgeGraph
-from hopgym.tasks.kg2tool_model import KG2ToolTask, SolutionCall
-from hopgym.tasks.kg_tools import GeneratedTool, committed_tools, generate_kg_tools
+from hopgym.tasks.kg2tool.generated_tools import GeneratedTool, committed_tools, generate_kg_tools
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask, SolutionCall
 
 KGName = Literal["fb15k-237", "family-e"]
 KG_NAMES: tuple[KGName, ...] = get_args(KGName)
@@ -201,7 +202,8 @@ class SolutionBuilder:
 
 
 def _post_order(tree: FolTree) -> list[FolTree]:
-    """The operation nodes (p, i, u) in the order ``fol.trace`` executes them; complements are folded in."""
+    """The operation nodes (p, i, u) in the order ``fol.queries.trace`` executes them; complements are
+    folded in."""
     op = tree["op"]
     if op == "e":
         return []

@@ -17,8 +17,8 @@ from typing import Any, TypedDict
 
 from hopgym.prompts import load_prompts
 from hopgym.tasks.fol.queries import FolTree, pattern_template
-from hopgym.tasks.kg2tool_model import KG2ToolTask
-from hopgym.tasks.kg_tools import GeneratedTool
+from hopgym.tasks.kg2tool.generated_tools import GeneratedTool
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask
 
 ANSWER_KEY = "Natural Language Question"
 
