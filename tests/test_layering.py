@@ -263,3 +263,14 @@ def test_the_check_allows_downward_and_same_layer_imports():
     assert (
         upward_imports("hopgym.commands.eval", "from hopgym.agents.evaluation.runner import EvalRun\n") == []
     )
+
+
+def test_every_package_is_listed_for_the_wheel():
+    """pyproject lists the packages one by one: a subpackage missing there would be left out of the wheel
+    (tools_generated's folders are package data)."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    packages = {module_name(init) for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py")}
+    packages = {p for p in packages if not p.startswith("hopgym.tools_generated.")}
+    assert len(packages) > 15
+    missing = sorted(p for p in packages if f'    "{p}",\n' not in pyproject)
+    assert not missing, f"not in pyproject.toml [tool.setuptools] packages: {missing}"
