@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.agents.policies.kgetool.calls import parse_hermes_tool_calls, reply_text
 from hopgym.agents.policies.kgetool.path_prompt import extraction_messages
+from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls, reply_text
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool.dataset import load_family_kg
 from hopgym.tasks.familytool.extraction import BAD_EXTRACT, extract, parse_search_calls

@@ -23,8 +23,8 @@ from typing import Any
 
 from hopgym.agents.model.client import ModelClient
 from hopgym.agents.policies.base import Action, Agent, AgentStats, Observation
-from hopgym.agents.policies.kgetool.calls import parse_hermes_tool_calls, reply_text
 from hopgym.agents.policies.kgetool.path_prompt import EXTRACTION_STOP, extraction_messages
+from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls, reply_text
 from hopgym.errors import ConfigError
 
 RELATIONS_KEY = "relations"
