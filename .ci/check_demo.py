@@ -14,7 +14,7 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from hopgym.agents.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
 
 
 def problems(records: list[dict], strict: bool) -> list[str]:

@@ -23,7 +23,7 @@ import gymnasium as gym
 from _timing import TOOL, time_warm_calls
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
-from hopgym.agents.scripted import schema_arguments
+from hopgym.agents.policies.scripted import schema_arguments
 from hopgym.envs.chat import chat_env
 from hopgym.sandbox import Sandbox, make_sandbox
 

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.scripted import schema_arguments
+from hopgym.agents.policies.scripted import schema_arguments
 from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.tasks.task import Task
 

@@ -14,9 +14,9 @@ import resource
 import sys
 import time
 
-from hopgym.tasks.fb15k237 import load_fb15k237
-from hopgym.tasks.fol import PATTERN_NAMES
-from hopgym.tasks.fol_sampler import sample_queries
+from hopgym.tasks.fol.queries import PATTERN_NAMES
+from hopgym.tasks.fol.sampler import sample_queries
+from hopgym.tasks.kg.fb15k237 import load_fb15k237
 
 LOAD_SECONDS_TARGET = 5.0
 RSS_MB_TARGET = 500.0

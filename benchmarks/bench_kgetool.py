@@ -20,10 +20,10 @@ import json
 import sys
 import time
 
-from hopgym.tasks.familytool import FamilyToolTask, load_family_kg, load_familytool
-from hopgym.tasks.kg_extraction import EXTRACTION_MODES, extract
-from hopgym.tasks.kg_io import Triple
-from hopgym.tasks.kg_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
+from hopgym.tasks.familytool.dataset import FamilyToolTask, load_family_kg, load_familytool
+from hopgym.tasks.familytool.extraction import EXTRACTION_MODES, extract
+from hopgym.tasks.familytool.retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
+from hopgym.tasks.kg.triples import Triple
 
 
 def chains(triples: tuple[Triple, ...]) -> list[tuple[str, list[str]]]:

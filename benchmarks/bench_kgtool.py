@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from hopgym.envs.kgtool import KGToolEnv
-from hopgym.tasks.kg2tool_export import answer_text
+from hopgym.tasks.kg2tool.export import answer_text
 
 
 def _call(name: str, arguments: dict) -> dict:

@@ -35,8 +35,8 @@ from typing import Any
 
 from bench_runner import _serve, scripted_eval_config
 
-from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalRun
+from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.runner import EvalRun
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.ray_cluster import local_cluster  # the repository root is importable from here on

@@ -38,10 +38,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 
 
 def turn_delay(question: str, turn: int, mean: float, jitter: float) -> float:
@@ -164,7 +164,7 @@ def prompt_tokens_evaluated(server_log: str) -> list[int]:
 def measure_local(episodes: int, concurrency: int) -> dict[str, Any]:
     """``episodes`` fc episodes of up to 3 turns on the embedded server at ``concurrency``: turns per
     minute, and prompt tokens evaluated per turn against the prompt tokens sent."""
-    from hopgym.agents.local_server import local_model_string, local_server
+    from hopgym.agents.model.local_server import local_model_string, local_server
 
     with local_server() as server, tempfile.TemporaryDirectory() as folder:
         config = EvalConfig(

@@ -24,7 +24,7 @@ from typing import Any
 from _timing import ARGUMENTS, TOOL, time_warm_calls
 
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 
 def warm_round_trips(isolation: str, count: int) -> dict[str, float]:

@@ -27,7 +27,7 @@ from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult, Sandbox
-from hopgym.tasks.familytool import (
+from hopgym.tasks.familytool.dataset import (
     EXTRA_INFO_MARKER,
     FamilyToolTask,
     Variant,
@@ -35,7 +35,7 @@ from hopgym.tasks.familytool import (
     load_family_kg,
     load_familytool,
 )
-from hopgym.tasks.kg_extraction import (
+from hopgym.tasks.familytool.extraction import (
     EXTRACTION_MODES,
     Extraction,
     ExtractionMode,
@@ -45,8 +45,8 @@ from hopgym.tasks.kg_extraction import (
     check_reading,
     extract,
 )
-from hopgym.tasks.kg_retrieval import make_retriever
-from hopgym.tasks.kg_tools import generate_kg_tools
+from hopgym.tasks.familytool.retrieval import make_retriever
+from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
 
 KgMode = Literal["gold", "none", "full", "tools", "extract"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)

@@ -2,7 +2,7 @@
 (EM, Tool Acc, Value Acc), per episode and over a dataset.
 
 ``reading="official"`` (default) reproduces the official code (KGETool + UnifiedToolHub strict mode; the
-extraction quirks are listed in :mod:`hopgym.tasks.kg_extraction`) so numbers compare with the paper's
+extraction quirks are listed in :mod:`hopgym.tasks.familytool.extraction`) so numbers compare with the paper's
 tables; ``reading="paper"`` follows the paper's prose where it differs: Value Acc counts each gold parameter
 as one sample (micro average over the dataset), No-Hallucination counts relation paths (micro average over
 paths), and Format Error is a query without any usable ``KG.search`` call (a known start and a path),
@@ -17,9 +17,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from hopgym.envs.validation import parse_arguments
-from hopgym.tasks.familytool import FamilyToolGoldCall, FamilyToolTask
-from hopgym.tasks.kg_extraction import BAD_EXTRACT, check_reading
-from hopgym.tasks.kg_io import Triple
+from hopgym.tasks.familytool.dataset import FamilyToolGoldCall, FamilyToolTask
+from hopgym.tasks.familytool.extraction import BAD_EXTRACT, check_reading
+from hopgym.tasks.kg.triples import Triple
 
 TOOL_KEYS = ("tool_em", "tool_acc", "value_acc")
 KG_KEYS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage", "kg_format_error")

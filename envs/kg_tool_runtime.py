@@ -1,6 +1,6 @@
 """Running generated KG tools in the sandbox against a live ``KnowledgeGraph``.
 
-An episode's sources are the in-sandbox store (tasks/kg_store_source.py), a statement loading a snapshot of
+An episode's sources are the in-sandbox store (tasks/kg/store_source.py), a statement loading a snapshot of
 the graph, and the generated tool functions. The graph may change while it is used (FamilyTool's inductive
 setting): before each call the runtime compares the graph's version counter with the one it shipped and,
 when they differ, loads the episode again with a fresh snapshot, so the next call sees the new triples.
@@ -17,11 +17,11 @@ from typing import Any
 
 from hopgym.errors import SandboxError
 from hopgym.sandbox.base import CallResult, LoadResult, Sandbox
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_io import Triple
-from hopgym.tasks.kg_tools import GeneratedTool, module_source
+from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.kg.triples import Triple
+from hopgym.tasks.kg2tool.generated_tools import GeneratedTool, module_source
 
-STORE_SOURCE_FILE = files("hopgym.tasks").joinpath("kg_store_source.py")
+STORE_SOURCE_FILE = files("hopgym.tasks.kg").joinpath("store_source.py")
 
 
 def store_source() -> str:

@@ -28,7 +28,7 @@ from hopgym.envs.prompts import KGTOOL
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox
-from hopgym.tasks.kg2tool import (
+from hopgym.tasks.kg2tool.assembly import (
     KG_NAMES,
     KGName,
     load_kg_source,
@@ -36,7 +36,7 @@ from hopgym.tasks.kg2tool import (
     parse_patterns,
     sample_tasks,
 )
-from hopgym.tasks.kg2tool_model import KG2ToolTask, read_tasks
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask, read_tasks
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
 DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}

@@ -4,7 +4,7 @@ into a folder laid out as ``$HOPGYM_DATA`` expects (by default the user cache, w
 
 FamilyTool comes from github.com/yxzwang/FamilyTool, FB15k-237 from github.com/thunlp/OpenKE (triples and
 ids) and github.com/yao8839836/kg-bert (names), both as raw files of a pinned commit; ToolHop from the
-Hugging Face hub (:mod:`hopgym.tasks.toolhop_data`). A file whose digest differs is removed, never used.
+Hugging Face hub (:mod:`hopgym.tasks.toolhop.hub`). A file whose digest differs is removed, never used.
 """
 
 from __future__ import annotations
@@ -15,10 +15,8 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
-
 from hopgym.errors import ConfigError, DownloadError
-from hopgym.tasks.toolhop_data import download_toolhop, sha256_of
+from hopgym.tasks.toolhop.hub import download_toolhop, sha256_of
 
 GITHUB_RAW = "https://raw.githubusercontent.com"
 
@@ -76,11 +74,6 @@ DATASETS: dict[str, tuple[RemoteFile, ...]] = {
     for name, sources in _SOURCES.items()
 }
 NAMES = (*DATASETS, "toolhop")
-
-
-def data_cache_root() -> Path:
-    """The default download folder (e.g. ``~/.cache/hopgym``), laid out like ``$HOPGYM_DATA``."""
-    return Path(platformdirs.user_cache_dir("hopgym"))
 
 
 def fetch_file(remote: RemoteFile, destination: Path, base_url: str, timeout: float = 60.0) -> Path:

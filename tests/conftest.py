@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from hopgym.agents.local_server import THREADS_VARIABLE
+from hopgym.agents.model.local_server import THREADS_VARIABLE
 
 LOCAL_MODEL_GROUP = "local-model"
 

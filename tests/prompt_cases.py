@@ -55,10 +55,12 @@ INSTANCE = {
 
 def rendered() -> dict[str, Any]:
     """Each prompt, by name, as the package renders it."""
-    from hopgym.agents import codeact, construct_prompts, kgetool_prompts, react
-    from hopgym.agents.base import describe_tools
+    from hopgym.agents.construction import stage_prompts
+    from hopgym.agents.policies import codeact, react
+    from hopgym.agents.policies.base import describe_tools
+    from hopgym.agents.policies.kgetool import path_prompt
     from hopgym.envs import familytool, kgtool, prompts
-    from hopgym.tasks import kg2tool_export, kg2tool_prompts
+    from hopgym.tasks.kg2tool import export, query_prompt
 
     names = ", ".join(tool["function"]["name"] for tool in TOOLS)
     cases: dict[str, Any] = {
@@ -71,31 +73,31 @@ def rendered() -> dict[str, Any]:
         "agents.react.prompt": react.PROMPT.format(tools=describe_tools(TOOLS), names=names),
         "agents.react.format_reminder": react.FORMAT_REMINDER,
         "agents.codeact.prompt": codeact.PROMPT.format(signatures=codeact.python_signatures(TOOLS)),
-        "agents.kgetool.extraction": kgetool_prompts.extraction_messages(
+        "agents.kgetool.extraction": path_prompt.extraction_messages(
             "<speak>Speaker: Bob</speak> Call my dad {now}.", ["father", "prefer_dinnertime", "wife"]
         ),
-        "agents.kgetool.extraction_no_relations": kgetool_prompts.extraction_messages("Hi", []),
+        "agents.kgetool.extraction_no_relations": path_prompt.extraction_messages("Hi", []),
         "envs.familytool.extraction_query": familytool.extraction_query(
             "Call my dad.  ", "([['Bob', 'father', 'Jack']])"
         ),
-        "agents.kgetool.extraction_stop": list(kgetool_prompts.EXTRACTION_STOP),
-        "agents.construct.creation": construct_prompts.creation_prompt("When did {Abbey Road} come out?"),
-        "agents.construct.refinement": construct_prompts.refinement_prompt(DOCUMENT),
-        "agents.construct.generation": construct_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
-        "agents.construct.generation_unnamed": construct_prompts.generation_prompt({}, "Q", "A"),
-        "agents.construct.retry": construct_prompts.retry_prompt("- the {tool} has no name\n- no call"),
-        "tasks.kg2tool.translation": kg2tool_prompts.translation_messages(INSTANCE),
-        "tasks.kg2tool_export.system": kg2tool_export.SYSTEM_PROMPT,
+        "agents.kgetool.extraction_stop": list(path_prompt.EXTRACTION_STOP),
+        "agents.construct.creation": stage_prompts.creation_prompt("When did {Abbey Road} come out?"),
+        "agents.construct.refinement": stage_prompts.refinement_prompt(DOCUMENT),
+        "agents.construct.generation": stage_prompts.generation_prompt(DOCUMENT, "When?", "1969-09-26"),
+        "agents.construct.generation_unnamed": stage_prompts.generation_prompt({}, "Q", "A"),
+        "agents.construct.retry": stage_prompts.retry_prompt("- the {tool} has no name\n- no call"),
+        "tasks.kg2tool.translation": query_prompt.translation_messages(INSTANCE),
+        "tasks.kg2tool_export.system": export.SYSTEM_PROMPT,
         "tasks.kg2tool_export.questions": [
-            kg2tool_export.GOAL_QUESTION,
-            kg2tool_export.TOOL_QUESTION,
-            kg2tool_export.ARGUMENTS_QUESTION,
-            kg2tool_export.CALL_REQUEST,
-            kg2tool_export.ANSWER_QUESTION,
-            kg2tool_export.PLAN_QUESTION,
-            kg2tool_export.REVIEW_QUESTION,
+            export.GOAL_QUESTION,
+            export.TOOL_QUESTION,
+            export.ARGUMENTS_QUESTION,
+            export.CALL_REQUEST,
+            export.ANSWER_QUESTION,
+            export.PLAN_QUESTION,
+            export.REVIEW_QUESTION,
         ],
-        "tasks.kg2tool_export.system_with_tools": kg2tool_export.system_prompt([DOCUMENT]),
+        "tasks.kg2tool_export.system_with_tools": export.system_prompt([DOCUMENT]),
     }
     return cases
 

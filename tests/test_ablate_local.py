@@ -15,8 +15,8 @@ import pytest
 from PIL import Image
 from test_construct_local import require_local_model
 
-from hopgym.agents.ablation import ABLATIONS
-from hopgym.agents.records import read_episodes
+from hopgym.agents.evaluation.ablation import ABLATIONS
+from hopgym.agents.evaluation.records import read_episodes
 from hopgym.cli import main
 
 pytestmark = pytest.mark.model

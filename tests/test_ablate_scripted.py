@@ -9,13 +9,13 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.ablation import table5_markdown
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.stats import mean_interval
+from hopgym.agents.evaluation.ablation import table5_markdown
+from hopgym.agents.evaluation.stats import mean_interval
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.prompts import SYSTEM_PROMPTS
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 TASKS = load_toolhop()
 INDEX_BY_QUESTION = {task.question: index for index, task in enumerate(TASKS)}

@@ -13,9 +13,9 @@ import re
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 
 WALK = {"start": "Jack", "path": ["father", "prefer_pickup_location"]}
 

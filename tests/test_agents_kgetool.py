@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.kgetool import KGEToolAgent
-from hopgym.agents.kgetool_tables import familytool_tables_for_run
-from hopgym.agents.model_client import ModelClient, ModelConfig
-from hopgym.agents.registry import agent_factory
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.policies.kgetool.agent import KGEToolAgent
+from hopgym.agents.policies.registry import agent_factory
+from hopgym.agents.report.familytool_tables import familytool_tables_for_run
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 

@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.agents.kgetool_calls import parse_hermes_tool_calls, reply_text
-from hopgym.agents.kgetool_prompts import extraction_messages
+from hopgym.agents.policies.kgetool.path_prompt import extraction_messages
+from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls, reply_text
 from hopgym.errors import ConfigError
-from hopgym.tasks.familytool import load_family_kg
-from hopgym.tasks.kg_extraction import BAD_EXTRACT, extract, parse_search_calls
+from hopgym.tasks.familytool.dataset import load_family_kg
+from hopgym.tasks.familytool.extraction import BAD_EXTRACT, extract, parse_search_calls
 
 MOTHER_DINNER = (("Bob", "mother", "Alice"), ("Alice", "prefer_dinnertime", "dinnertime_0002"))
 FATHER_DINNER = (("Bob", "father", "Jack"), ("Jack", "prefer_dinnertime", "dinnertime_0001"))

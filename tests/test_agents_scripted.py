@@ -12,12 +12,12 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.react import FORMAT_REMINDER
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.text_calls import parse_text_tool_calls
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.policies.react import FORMAT_REMINDER
+from hopgym.agents.policies.text_calls import parse_text_tool_calls
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 FIRST_TASK = load_toolhop()[0]
 GOLD = FIRST_TASK.answer

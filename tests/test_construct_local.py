@@ -13,9 +13,9 @@ import gymnasium as gym
 import pytest
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.construct import STAGES, report_path
+from hopgym.agents.construction.pipeline import STAGES, report_path
 from hopgym.cli import main
-from hopgym.tasks.construction_rows import read_query_rows
+from hopgym.tasks.toolhop.construction_rows import read_query_rows
 
 SUBSET = Path(os.environ.get("HOPGYM_DATA") or "/nonexistent") / "toolhop" / "toolhop_subset100.jsonl"
 MAX_ATTEMPTS = 2

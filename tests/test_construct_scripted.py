@@ -19,12 +19,12 @@ import gymnasium as gym
 import pytest
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.agents.construct import report_path, rows_path
-from hopgym.agents.construct_verify import check_execution, check_signature, parse_proposed_call
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.construction.checks import check_execution, check_signature, parse_proposed_call
+from hopgym.agents.construction.pipeline import report_path, rows_path
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.construction_rows import read_query_rows
+from hopgym.tasks.toolhop.construction_rows import read_query_rows
 from tests.shared_data import SUBSET, needs_data
 
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")

@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from hopgym.agents.construct_verify import (
+from hopgym.agents.construction.checks import (
     check_backward_compatible,
     check_document,
     check_execution,
@@ -17,7 +17,7 @@ from hopgym.agents.construct_verify import (
 )
 from hopgym.errors import DataError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.construction_rows import query_row
+from hopgym.tasks.toolhop.construction_rows import query_row
 
 DOC = {
     "name": "year_of",

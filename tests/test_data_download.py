@@ -18,8 +18,8 @@ import pytest
 
 from hopgym.cli import main
 from hopgym.tasks.downloads import DATASETS
-from hopgym.tasks.familytool import load_family_kg, load_familytool
-from hopgym.tasks.toolhop_data import HUB_REVISION, HUB_SHA256
+from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
+from hopgym.tasks.toolhop.hub import HUB_REVISION, HUB_SHA256
 from tests.shared_data import DATA, needs_data
 
 SHARED_FOLDER = {"familytool": DATA / "familytool", "fb15k-237": DATA / "fb15k-237"}

@@ -6,9 +6,9 @@ import os
 import subprocess
 import sys
 
-from hopgym.agents.scripted import placeholder, schema_arguments
+from hopgym.agents.policies.scripted import placeholder, schema_arguments
 from hopgym.envs.validation import ToolValidator
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 from tests.shared_data import SUBSET, needs_data
 
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")

@@ -15,7 +15,7 @@ from hopgym.envs.familytool import SYSTEM_PROMPT, FamilyToolEnv, bare_query
 from hopgym.envs.familytool_metrics import aggregate_metrics
 from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.familytool import EXTRA_INFO_MARKER
+from hopgym.tasks.familytool.dataset import EXTRA_INFO_MARKER
 
 ALL_KG_METRICS = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage")
 

@@ -13,9 +13,9 @@ from hopgym.cli import main
 from hopgym.envs.kgtool import DEFAULT_SANDBOX_OPTIONS, KGToolEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.fol import PATTERN_NAMES
-from hopgym.tasks.kg2tool_export import answer_text
-from hopgym.tasks.kg2tool_model import read_tasks
+from hopgym.tasks.fol.queries import PATTERN_NAMES
+from hopgym.tasks.kg2tool.export import answer_text
+from hopgym.tasks.kg2tool.task_file import read_tasks
 from tests.shared_data import needs_data
 
 pytestmark = needs_data("fb15k-237/train2id.txt")
@@ -172,7 +172,7 @@ def test_bad_options_are_named(sandbox):
 
 def test_hopgym_eval_runs_kgtool_with_a_scripted_oracle_model(tmp_path):
     """`hopgym eval --env KGTool-v0 --agent fc` through a real HTTP model server that follows each path."""
-    from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+    from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 
     tasks_file = tmp_path / "family.jsonl"
     argv = ["kg2tool", "sample", "--kg", "family-e", "--patterns", "2i,ip", "--n", "2", "--seed", "9"]

@@ -14,16 +14,16 @@ from pathlib import Path
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.errors import ConfigError, DataError, DownloadError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks import toolhop_data, toolhop_official
-from hopgym.tasks.toolhop import read_rows
-from hopgym.tasks.toolhop_official import official_prompt_templates, prompt_templates_from_source
+from hopgym.tasks.toolhop import hub, official
+from hopgym.tasks.toolhop.loader import read_rows
+from hopgym.tasks.toolhop.official import official_prompt_templates, prompt_templates_from_source
 from tests.shared_data import DATA, SUBSET, needs_data
 
 FIXTURES = Path(__file__).parent / "fixtures" / "toolhop"
@@ -110,7 +110,7 @@ def test_a_script_that_is_not_the_official_one_is_refused() -> None:
 def no_local_script(tmp_path, monkeypatch):
     """No HOPGYM_DATA and an empty user cache under tmp_path."""
     monkeypatch.delenv("HOPGYM_DATA", raising=False)
-    monkeypatch.setattr(toolhop_official, "cache_dir", lambda: tmp_path / "cache")
+    monkeypatch.setattr(official, "cache_dir", lambda: tmp_path / "cache")
     return tmp_path / "cache"
 
 
@@ -133,23 +133,21 @@ def test_download_path_fetches_the_pinned_script_into_the_cache_then_reuses_it(
     served = tmp_path / "served.py"
     served.write_text(SELF_MADE)
     calls: list = []
-    monkeypatch.setattr(toolhop_data, "hf_hub_download", _local_hub(served, calls))
-    monkeypatch.setattr(toolhop_official, "OFFICIAL_SHA256", hashlib.sha256(served.read_bytes()).hexdigest())
-    path = toolhop_official.official_script_path()
+    monkeypatch.setattr(hub, "hf_hub_download", _local_hub(served, calls))
+    monkeypatch.setattr(official, "OFFICIAL_SHA256", hashlib.sha256(served.read_bytes()).hexdigest())
+    path = official.official_script_path()
     assert path == no_local_script / "code" / "evaluation_closed.py" and path.read_text() == SELF_MADE
-    assert calls == [
-        ("bytedance-research/ToolHop", "code/evaluation_closed.py", "dataset", toolhop_data.HUB_REVISION)
-    ]
+    assert calls == [("bytedance-research/ToolHop", "code/evaluation_closed.py", "dataset", hub.HUB_REVISION)]
     assert official_prompt_templates()["free"].render("Q") == "Tools are optional. Q"
-    assert toolhop_official.official_script_path() == path and len(calls) == 1  # the cache is reused
+    assert official.official_script_path() == path and len(calls) == 1  # the cache is reused
 
 
 def test_a_download_with_another_digest_is_removed(no_local_script, tmp_path, monkeypatch) -> None:
     served = tmp_path / "served.py"
     served.write_text(SELF_MADE)
-    monkeypatch.setattr(toolhop_data, "hf_hub_download", _local_hub(served, []))
+    monkeypatch.setattr(hub, "hf_hub_download", _local_hub(served, []))
     with pytest.raises(DownloadError, match="sha256"):
-        toolhop_official.official_script_path()
+        official.official_script_path()
     assert not (no_local_script / "code" / "evaluation_closed.py").exists()
 
 
@@ -165,7 +163,7 @@ def test_a_local_script_with_another_digest_is_refused(tmp_path, monkeypatch) ->
 @needs_official
 def test_hopgym_data_holds_the_pinned_script(monkeypatch) -> None:
     monkeypatch.setenv("HOPGYM_DATA", str(DATA))
-    assert toolhop_official.official_script_path() == OFFICIAL
+    assert official.official_script_path() == OFFICIAL
     assert set(official_prompt_templates()) == {"direct", "mandatory", "free"}
 
 

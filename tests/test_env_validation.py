@@ -10,7 +10,7 @@ import pytest
 from hopgym.envs.feedback import MINIMAL_HINT, is_error_value, outcome_of, shown_text
 from hopgym.envs.validation import ToolValidator
 from hopgym.sandbox.base import CallResult
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
 

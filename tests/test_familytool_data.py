@@ -11,7 +11,7 @@ import jsonschema
 import pytest
 
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.familytool import load_family_kg, load_familytool, normalize_tool_doc
+from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool, normalize_tool_doc
 
 ROWS = {"b": 483, "e": 455}
 KG_TRIPLES = {"b": 154, "e": 491}

@@ -13,7 +13,7 @@ from hopgym.envs.familytool_metrics import (
     tool_use_metrics,
 )
 from hopgym.errors import ConfigError
-from hopgym.tasks.familytool import FamilyToolGoldCall, load_familytool
+from hopgym.tasks.familytool.dataset import FamilyToolGoldCall, load_familytool
 
 GOLD = FamilyToolGoldCall(
     "BookAppointment", {"name_store": "appointment_with_0007", "time_appt": "appointment_time_0007"}

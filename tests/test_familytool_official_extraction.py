@@ -35,7 +35,7 @@ import pytest
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.familytool_metrics import KG_KEYS, aggregate_metrics
-from hopgym.tasks.kg_extraction import extract
+from hopgym.tasks.familytool.extraction import extract
 from tests.shared_data import needs_data
 
 pytestmark = needs_data("familytool/familykg-e.txt")

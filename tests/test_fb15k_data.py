@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import DataError
-from hopgym.tasks.fb15k237 import freebase_wording, load_fb15k237, parse_relation
+from hopgym.tasks.kg.fb15k237 import freebase_wording, load_fb15k237, parse_relation
 
 
 @pytest.fixture(scope="module")

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from hopgym.errors import ConfigError, DataError, KGError
-from hopgym.tasks.fol import PATTERN_NAMES, execute, pattern_of, pattern_template, shape, trace
-from hopgym.tasks.fol_text import query_text
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.fol.queries import PATTERN_NAMES, execute, pattern_of, pattern_template, shape, trace
+from hopgym.tasks.fol.text import query_text
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 FILMS = [
     ("Nolan", "directed", "Inception"),

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import DataError
-from hopgym.tasks.familytool import load_family_kg
-from hopgym.tasks.fb15k237 import load_fb15k237
-from hopgym.tasks.fol import PATTERN_NAMES, execute, pattern_template, shape
-from hopgym.tasks.fol_sampler import sample_queries
-from hopgym.tasks.kg import KnowledgeGraph
+from hopgym.tasks.familytool.dataset import load_family_kg
+from hopgym.tasks.fol.queries import PATTERN_NAMES, execute, pattern_template, shape
+from hopgym.tasks.fol.sampler import sample_queries
+from hopgym.tasks.kg.fb15k237 import load_fb15k237
+from hopgym.tasks.kg.graph import KnowledgeGraph
 
 N = 200
 CAP = 100

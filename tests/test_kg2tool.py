@@ -9,10 +9,10 @@ import pytest
 
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.fol import PATTERN_NAMES, execute
-from hopgym.tasks.kg2tool import NEGATION, load_kg_source, parse_patterns, sample_tasks
-from hopgym.tasks.kg2tool_model import read_tasks, task_from_record, write_tasks
-from hopgym.tasks.kg_tools import committed_tools
+from hopgym.tasks.fol.queries import PATTERN_NAMES, execute
+from hopgym.tasks.kg2tool.assembly import NEGATION, load_kg_source, parse_patterns, sample_tasks
+from hopgym.tasks.kg2tool.generated_tools import committed_tools
+from hopgym.tasks.kg2tool.task_file import read_tasks, task_from_record, write_tasks
 from tests.shared_data import DATA, needs_data
 
 pytestmark = needs_data("fb15k-237/train2id.txt")
@@ -170,7 +170,7 @@ def test_malformed_task_records_are_rejected(tasks):
 def test_refine_with_a_model_rewords_queries_and_keeps_mentions(tmp_path, capsys):
     """`--refine-with` through a real HTTP model server: the paper's prompt structure goes out, a reply
     that drops an entity mention keeps the template query (and is reported)."""
-    from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+    from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 
     def translator(request):
         system, user = (message["content"] for message in request["messages"])

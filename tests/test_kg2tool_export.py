@@ -9,8 +9,8 @@ import pytest
 
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
-from hopgym.tasks.kg2tool import load_kg_source, sample_tasks
-from hopgym.tasks.kg2tool_export import (
+from hopgym.tasks.kg2tool.assembly import load_kg_source, sample_tasks
+from hopgym.tasks.kg2tool.export import (
     ANSWER_QUESTION,
     CORRUPTIONS,
     EXPORT_FORMATS,
@@ -44,7 +44,7 @@ def tasks(fb):
 
 @pytest.fixture(scope="module")
 def task_file(tmp_path_factory, tasks):
-    from hopgym.tasks.kg2tool_model import write_tasks
+    from hopgym.tasks.kg2tool.task_file import write_tasks
 
     path = tmp_path_factory.mktemp("kg2tool") / "tasks.jsonl"
     write_tasks(tasks, path)

@@ -12,9 +12,9 @@ import os
 import pytest
 
 from hopgym.errors import ConfigError
-from hopgym.tasks.familytool import load_family_kg
-from hopgym.tasks.kg_extraction import extract
-from hopgym.tasks.kg_retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
+from hopgym.tasks.familytool.dataset import load_family_kg
+from hopgym.tasks.familytool.extraction import extract
+from hopgym.tasks.familytool.retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
 
 _MISSING = [
     name

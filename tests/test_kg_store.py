@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from hopgym.errors import DataError, KGError
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_io import parse_triples, quotes_triples
+from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.kg.triples import parse_triples, quotes_triples
 
 FAMILY = [
     ("Bob", "mother", "Alice"),

@@ -14,10 +14,10 @@ import pytest
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.familytool import load_family_kg, load_familytool
-from hopgym.tasks.fb15k237 import load_fb15k237
-from hopgym.tasks.kg import KnowledgeGraph
-from hopgym.tasks.kg_tools import (
+from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
+from hopgym.tasks.kg.fb15k237 import load_fb15k237
+from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.kg2tool.generated_tools import (
     GENERATED_DIR,
     KNOWN_KGS,
     MODULE_FILE,

@@ -1,6 +1,7 @@
 """Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < CLI, with
-hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom
-(docs/contracts.md "Layers")."""
+hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom; inside agents/
+and tasks/, subpackages are ordered the same way, and those folders hold only subpackages and a few shared
+modules (docs/contracts.md "Layers")."""
 
 from __future__ import annotations
 
@@ -37,6 +38,33 @@ ROOT_MODULES = {
     "hopgym.commands",
 }
 """The modules directly in hopgym/: a new one must be given a layer here first."""
+SUBPACKAGES = {
+    "hopgym.agents": {
+        "prompts": 0,
+        "model": 1,
+        "policies": 2,
+        "evaluation": 3,
+        "construction": 4,
+        "report": 4,
+    },
+    "hopgym.tasks": {"prompts": 0, "kg": 1, "toolhop": 1, "fol": 2, "familytool": 2, "kg2tool": 3},
+}
+"""Folder -> its subpackages' ranks. A module imports from its own subpackage, from a shared module, or from a
+lower rank; siblings of one rank never import each other, so no import cycle forms between subpackages."""
+SHARED_MODULES = {
+    "hopgym.agents": {},
+    "hopgym.tasks": {
+        "task": 0,
+        "sampling": 0,
+        "tool_schema": 0,
+        "tool_source": 0,
+        "data_files": 0,
+        "downloads": 4,
+    },
+}
+"""Folder -> the only modules allowed directly in it (besides ``__init__``), with their ranks: rank 0 is the
+folder's shared bottom (its members may import each other); ``downloads`` fetches every dataset, so it ranks
+above the dataset subpackages."""
 
 
 def module_name(path: Path) -> str:
@@ -92,6 +120,50 @@ def upward_imports(module: str, source: str) -> list[str]:
     return problems
 
 
+def sibling_of(module: str) -> tuple[str, str] | None:
+    """(folder package, subpackage or shared module) for a module inside agents/ or tasks/, else None."""
+    for folder in SUBPACKAGES:
+        if module.startswith(folder + "."):
+            return folder, module.removeprefix(folder + ".").split(".")[0]
+    return None
+
+
+def rank_of(folder: str, sibling: str) -> int:
+    ranks = SUBPACKAGES[folder] | SHARED_MODULES[folder]
+    if sibling not in ranks:
+        raise AssertionError(f"{folder}.{sibling} has no rank; give it one in SUBPACKAGES or SHARED_MODULES")
+    return ranks[sibling]
+
+
+def sibling_imports(module: str, source: str) -> list[str]:
+    """Each import of ``source`` (the code of ``module``) that reaches a sibling subpackage of the same or a
+    higher rank in the same folder."""
+    own = sibling_of(module)
+    if own is None:
+        return []
+    folder, sibling = own
+    problems = []
+    for line, target in hopgym_imports(source):
+        other = sibling_of(target)
+        if other is None or other[0] != folder or other[1] == sibling:
+            continue
+        mine, theirs = rank_of(folder, sibling), rank_of(folder, other[1])
+        if theirs >= mine and not mine == theirs == 0:
+            problems.append(f"{module}:{line} ({sibling}, rank {mine}) imports {target} (rank {theirs})")
+    return problems
+
+
+def misplaced(folder: str, entries: dict[str, bool]) -> list[str]:
+    """Entries (name -> is a package) of a folder that holds only its subpackages and shared modules."""
+    problems = []
+    for name, is_package in sorted(entries.items()):
+        allowed = SUBPACKAGES[folder] if is_package else SHARED_MODULES[folder]
+        if name != "__init__" and name not in allowed:
+            kind = "subpackage" if is_package else "module directly"
+            problems.append(f"{folder}.{name}: a {kind} in this folder that SUBPACKAGES/SHARED_MODULES lack")
+    return problems
+
+
 def package_files() -> list[Path]:
     files = [path for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))]
     assert len(files) > 50, "the package's modules were not found"
@@ -108,28 +180,75 @@ def test_no_module_imports_a_higher_layer():
     assert not problems, "upward imports:\n" + "\n".join(problems)
 
 
+def test_no_module_imports_a_sibling_subpackage_of_its_rank_or_above():
+    problems = []
+    for path in package_files():
+        problems += sibling_imports(module_name(path), path.read_text(encoding="utf-8"))
+    assert not problems, "imports against the subpackage order:\n" + "\n".join(problems)
+
+
+def test_agents_and_tasks_hold_only_subpackages_and_shared_modules():
+    problems = []
+    for folder in SUBPACKAGES:
+        directory = ROOT / folder.removeprefix("hopgym.")
+        entries = {p.stem: False for p in directory.glob("*.py")}
+        entries |= {p.name: True for p in directory.iterdir() if (p / "__init__.py").is_file()}
+        problems += misplaced(folder, entries)
+        assert set(entries) - {"__init__"} == set(SUBPACKAGES[folder]) | set(SHARED_MODULES[folder]), folder
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "found"),
+    [
+        ("hopgym.agents.model.client", "from hopgym.agents.policies.base import Agent\n", "(rank 2)"),
+        ("hopgym.agents.report.viewer", "import hopgym.agents.construction.pipeline\n", "(rank 4)"),
+        ("hopgym.tasks.familytool.dataset", "from hopgym.tasks.fol import queries\n", "(rank 2)"),
+        ("hopgym.tasks.kg.graph", "from hopgym.tasks.downloads import NAMES\n", "(rank 4)"),
+        ("hopgym.tasks.task", "from hopgym.tasks.toolhop.hub import sha256_of\n", "(rank 1)"),
+    ],
+)
+def test_the_check_finds_imports_against_the_subpackage_order(module, source, found):
+    (problem,) = sibling_imports(module, source)
+    assert found in problem
+
+
+def test_the_check_allows_lower_ranks_shared_modules_and_the_own_subpackage():
+    source = "from hopgym.tasks.kg.graph import KnowledgeGraph\nfrom hopgym.tasks.data_files import x\n"
+    source += "from hopgym.tasks.kg2tool.task_file import KG2ToolTask\nfrom hopgym.envs import chat\n"
+    assert sibling_imports("hopgym.tasks.kg2tool.assembly", source) == []
+    assert sibling_imports("hopgym.tasks.tool_source", "from hopgym.tasks.task import Task\n") == []
+
+
+def test_the_check_finds_a_module_outside_the_subpackages():
+    (problem,) = misplaced("hopgym.agents", {"__init__": False, "model": True, "runner": False})
+    assert "hopgym.agents.runner: a module directly" in problem
+    (problem,) = misplaced("hopgym.tasks", {"kg": True, "cache": True})
+    assert "hopgym.tasks.cache: a subpackage" in problem
+
+
 @pytest.mark.parametrize(
     ("module", "source", "found"),
     [
         (
-            "hopgym.tasks.kg",
+            "hopgym.tasks.kg.graph",
             "from hopgym.sandbox.base import Sandbox\n",
             "imports hopgym.sandbox.base.Sandbox",
         ),
         (
             "hopgym.envs.chat",
-            "def f():\n    import hopgym.agents.runner\n",
+            "def f():\n    import hopgym.agents.evaluation.runner\n",
             ":2 (layer 3) imports hopgym.agents",
         ),
-        ("hopgym.agents.fc", "from hopgym import cli\n", "imports hopgym.cli"),
+        ("hopgym.agents.policies.fc", "from hopgym import cli\n", "imports hopgym.cli"),
         ("hopgym.errors", "from hopgym.tasks import kg\n", "imports hopgym.tasks.kg"),
         ("hopgym.sandbox.pool", "from .base import Sandbox\n", "relative import .base"),
         (
             "hopgym.envs.chat",
-            "import importlib\nimportlib.import_module('hopgym.agents.runner')\n",
-            "imports hopgym.agents.runner",
+            "import importlib\nimportlib.import_module('hopgym.agents.evaluation.runner')\n",
+            "imports hopgym.agents.evaluation.runner",
         ),
-        ("hopgym.tasks.kg", "__import__('hopgym.sandbox')\n", "imports hopgym.sandbox"),
+        ("hopgym.tasks.kg.graph", "__import__('hopgym.sandbox')\n", "imports hopgym.sandbox"),
     ],
 )
 def test_the_check_finds_upward_and_relative_imports(module, source, found):
@@ -138,8 +257,20 @@ def test_the_check_finds_upward_and_relative_imports(module, source, found):
 
 
 def test_the_check_allows_downward_and_same_layer_imports():
-    source = (
-        "from hopgym.errors import ConfigError\nfrom hopgym.tasks.kg import KG\nimport hopgym.envs.chat\n"
-    )
+    source = "from hopgym.errors import ConfigError\nfrom hopgym.tasks.kg.graph import KG\n"
+    source += "import hopgym.envs.chat\n"
     assert upward_imports("hopgym.envs.toolhop", source) == []
-    assert upward_imports("hopgym.commands.eval", "from hopgym.agents.runner import EvalRun\n") == []
+    assert (
+        upward_imports("hopgym.commands.eval", "from hopgym.agents.evaluation.runner import EvalRun\n") == []
+    )
+
+
+def test_every_package_is_listed_for_the_wheel():
+    """pyproject lists the packages one by one: a subpackage missing there would be left out of the wheel
+    (tools_generated's folders are package data)."""
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    packages = {module_name(init) for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py")}
+    packages = {p for p in packages if not p.startswith("hopgym.tools_generated.")}
+    assert len(packages) > 15
+    missing = sorted(p for p in packages if f'    "{p}",\n' not in pyproject)
+    assert not missing, f"not in pyproject.toml [tool.setuptools] packages: {missing}"

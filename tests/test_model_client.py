@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
-from hopgym.agents.model_client import ModelClient, ModelConfig, prepare_messages
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
+from hopgym.agents.model.client import ModelClient, ModelConfig, prepare_messages
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
 from hopgym.errors import ConfigError, ModelError
 
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
@@ -182,9 +182,9 @@ def test_an_openai_model_run_never_imports_litellm() -> None:
     cost line of its summary included, does without it."""
     script = f"""
 import asyncio, json, sys
-from hopgym.agents.cost import token_cost
-from hopgym.agents.model_client import ModelClient, ModelConfig
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script
+from hopgym.agents.model.cost import token_cost
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script
 with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
     client = ModelClient(ModelConfig("openai/scripted", api_base=server.api_base, api_key="sk"))
     reply = asyncio.run(client.complete({USER!r}))

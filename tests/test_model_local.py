@@ -18,14 +18,14 @@ from typing import Any
 import pytest
 from test_construct_local import require_local_model
 
-from hopgym.agents import records
-from hopgym.agents.local_server import local_model_string, local_server
-from hopgym.agents.model_client import ModelClient, ModelConfig
-from hopgym.agents.records import read_episodes
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.server_process import ServerProcess
+from hopgym.agents.evaluation import records
+from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.model.local_server import local_model_string, local_server
+from hopgym.agents.model.server_process import ServerProcess
 from hopgym.cli import main
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 pytestmark = pytest.mark.model
 STATUSES = {"ok", "tool_hallucination", "parameter_hallucination", "parameter_missing", "invalid_arguments"}
@@ -165,7 +165,7 @@ def test_the_prompt_lists_the_tools_without_a_system_message_and_grows_by_append
     """The official ToolHop prompts have no system message: the tools still reach the model. Each turn's
     prompt extends the previous one, which is what lets llama.cpp reuse its KV cache across turns."""
     require_local_model()
-    from hopgym.agents.llama_entry import parse_reply, render_prompt
+    from hopgym.agents.model.llama_entry import parse_reply, render_prompt
 
     call = {
         "id": "1",
@@ -202,8 +202,8 @@ def test_a_schema_the_grammar_cannot_express_leaves_only_those_arguments_free(
     require_local_model()
     import llama_cpp
 
-    from hopgym.agents.llama_entry import grammar_parser, tool_call_grammar
-    from hopgym.agents.local_server import find_local_model
+    from hopgym.agents.model.llama_entry import grammar_parser, tool_call_grammar
+    from hopgym.agents.model.local_server import find_local_model
 
     dated = {
         "type": "function",
@@ -231,10 +231,10 @@ def test_every_familytool_tool_list_with_the_kg_tools_compiles_to_a_grammar_llam
     require_local_model()
     import llama_cpp
 
-    from hopgym.agents.llama_entry import grammar_parser, tool_call_grammar
-    from hopgym.agents.local_server import find_local_model
-    from hopgym.tasks.familytool import load_family_kg, load_familytool
-    from hopgym.tasks.kg_tools import generate_kg_tools
+    from hopgym.agents.model.llama_entry import grammar_parser, tool_call_grammar
+    from hopgym.agents.model.local_server import find_local_model
+    from hopgym.tasks.familytool.dataset import load_family_kg, load_familytool
+    from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
 
     parses = grammar_parser(llama_cpp.Llama(str(find_local_model()), n_ctx=64, verbose=False))
     for variant in ("b", "e"):

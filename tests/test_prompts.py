@@ -100,8 +100,8 @@ def test_every_prompt_file_is_package_data_that_some_module_loads():
     pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
     files = sorted(root.glob("*/prompts/*.yaml"))
     assert {path.parent.parent.name for path in files} == {"envs", "agents", "tasks"}
-    sources = "\n".join(path.read_text(encoding="utf-8") for path in root.glob("*/*.py"))
-    sources += (root / "envs" / "prompts" / "__init__.py").read_text(encoding="utf-8")
+    modules = [path for layer in ("envs", "agents", "tasks") for path in (root / layer).rglob("*.py")]
+    sources = "\n".join(path.read_text(encoding="utf-8") for path in modules)
     for path in files:
         package = f"hopgym.{path.parent.parent.name}.prompts"
         assert f'    "{package}",\n' in pyproject and f'"{package}" = ["*.yaml"]\n' in pyproject

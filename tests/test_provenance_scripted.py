@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from tests.shared_data import SUBSET
 from tests.test_runner_scripted import read_records

@@ -21,9 +21,9 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.errors import ClusterError
 from tests.ray_cluster import NODE_RESOURCES, Cluster, local_cluster
@@ -199,7 +199,7 @@ def test_a_run_no_node_can_start_fails_naming_the_nodes_cause(
 ) -> None:
     """The tasks file is on the driver but not on the nodes (here: the nodes are sent a path that does not
     exist): no node starts, and the run says why and how to go on."""
-    from hopgym.agents import ray_executor
+    from hopgym.agents.evaluation import ray_executor
 
     missing = str(tmp_path / "only-on-the-driver.jsonl")
     sent = ray_executor.for_nodes

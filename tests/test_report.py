@@ -10,9 +10,9 @@ import pytest
 from PIL import Image
 from test_ablate_scripted import FRAMEWORK_CORRECT, POLICIES, SCENARIO_CORRECT, TASKS, run_ablation
 
-from hopgym.agents.plots import grouped_bars
-from hopgym.agents.report import run_names
-from hopgym.agents.stats import mean_interval
+from hopgym.agents.evaluation.stats import mean_interval
+from hopgym.agents.report.markdown import run_names
+from hopgym.agents.report.plots import grouped_bars
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 

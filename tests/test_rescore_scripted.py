@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from tests.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
 

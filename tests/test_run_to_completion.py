@@ -8,7 +8,7 @@ import signal
 
 import pytest
 
-from hopgym.agents.runner import run_to_completion
+from hopgym.agents.evaluation.runner import run_to_completion
 
 
 class SignalsFromAFinalizer:

@@ -15,16 +15,16 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.local_server import LOCAL_CONCURRENCY
-from hopgym.agents.model_client import ModelConfig
-from hopgym.agents.runner import EvalConfig, EvalRun
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.stats import mean_interval
+from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.evaluation.stats import mean_interval
+from hopgym.agents.model.client import ModelConfig
+from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
 from hopgym.envs.metrics import table4_metrics
 from hopgym.errors import ConfigError
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 from tests.shared_data import SUBSET
 
 TASKS = load_toolhop()
@@ -243,7 +243,7 @@ def test_a_run_with_some_failed_episodes_says_so_and_exits_0(tmp_path: Path) -> 
 
 def test_any_exception_of_one_episode_is_recorded_and_the_run_goes_on(tmp_path: Path, monkeypatch) -> None:
     """Fault injection: the agent raises a plain RuntimeError (no hopgym error) in one episode."""
-    from hopgym.agents.fc import FunctionCallingAgent
+    from hopgym.agents.policies.fc import FunctionCallingAgent
 
     act = FunctionCallingAgent.act
 
@@ -319,7 +319,7 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from hopgym.agents.runner import EnvPool
+    from hopgym.agents.evaluation.runner import EnvPool
 
     started, finish = threading.Event(), threading.Event()
 

@@ -93,7 +93,7 @@ def test_imports_outside_the_allowed_modules_fail(restricted: Sandbox) -> None:
 def test_a_real_toolhop_task_runs_under_the_policy(restricted: Sandbox) -> None:
     if not os.environ.get("HOPGYM_DATA"):
         pytest.skip("HOPGYM_DATA is not set (the real ToolHop subset)")
-    from hopgym.tasks.toolhop import load_toolhop
+    from hopgym.tasks.toolhop.loader import load_toolhop
 
     task = next(task for task in load_toolhop() if len(task.gold_calls) >= 3)
     loaded = restricted.load(task.tool_sources)

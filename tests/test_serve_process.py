@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from hopgym.agents.local_server import THREADS_VARIABLE, local_server_command, threads_from_environment
-from hopgym.agents.model_client import ModelClient, ModelConfig
-from hopgym.agents.server_process import ServerProcess, free_port, is_ready
-from hopgym.agents.vllm_server import tool_call_parser_for, vllm_command, vllm_server
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.model.local_server import THREADS_VARIABLE, local_server_command, threads_from_environment
+from hopgym.agents.model.server_process import ServerProcess, free_port, is_ready
+from hopgym.agents.model.vllm_server import tool_call_parser_for, vllm_command, vllm_server
 from hopgym.errors import ConfigError, ModelError
 
 # Serves GET /v1/models after a delay; records its own argv, like a slow-starting model server would.

@@ -15,7 +15,7 @@ import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
-from hopgym.agents.scripted_server import placeholder_arguments, smoke_script
+from hopgym.agents.model.scripted_server import placeholder_arguments, smoke_script
 from tests.test_runner_scripted import TASKS, read_records
 
 README = Path(__file__).resolve().parent.parent / "README.md"

@@ -11,8 +11,8 @@ from statistics import fmean
 
 import pytest
 
-from hopgym.agents.stats import mean_interval, pass_at_k, pass_hat_k, pass_k_table, t_quantile
-from hopgym.agents.summary import markdown_table, summarize
+from hopgym.agents.evaluation.stats import mean_interval, pass_at_k, pass_hat_k, pass_k_table, t_quantile
+from hopgym.agents.evaluation.summary import markdown_table, summarize
 from hopgym.errors import ConfigError
 from hopgym.tasks.sampling import stratified_sample
 

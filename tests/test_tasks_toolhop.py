@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 
 from hopgym.errors import DataError, DownloadError
-from hopgym.tasks import toolhop_data
-from hopgym.tasks.gold_calls import parse_gold_call
 from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop import hub
+from hopgym.tasks.toolhop.gold_calls import parse_gold_call
+from hopgym.tasks.toolhop.loader import load_toolhop
 from tests.shared_data import SUBSET, needs_data
 
 FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
@@ -192,7 +192,7 @@ def test_bad_files_raise_data_errors(tmp_path):
 def isolated_locations(tmp_path, monkeypatch):
     """No HOPGYM_DATA and an empty user cache under tmp_path."""
     monkeypatch.delenv("HOPGYM_DATA", raising=False)
-    monkeypatch.setattr(toolhop_data, "cache_dir", lambda: tmp_path / "cache" / "toolhop")
+    monkeypatch.setattr(hub, "cache_dir", lambda: tmp_path / "cache" / "toolhop")
     return tmp_path
 
 
@@ -211,21 +211,19 @@ def _fake_hub(source: Path, calls: list):
 
 def test_download_path_fetches_into_the_cache_then_reuses_it(isolated_locations, monkeypatch):
     calls: list = []
-    monkeypatch.setattr(toolhop_data, "hf_hub_download", _fake_hub(FIXTURE, calls))
-    monkeypatch.setattr(toolhop_data, "HUB_SHA256", hashlib.sha256(FIXTURE.read_bytes()).hexdigest())
-    monkeypatch.setattr(toolhop_data.download_toolhop, "__defaults__", (toolhop_data.HUB_SHA256,))
+    monkeypatch.setattr(hub, "hf_hub_download", _fake_hub(FIXTURE, calls))
+    monkeypatch.setattr(hub, "HUB_SHA256", hashlib.sha256(FIXTURE.read_bytes()).hexdigest())
+    monkeypatch.setattr(hub.download_toolhop, "__defaults__", (hub.HUB_SHA256,))
     tasks = load_toolhop()
     assert len(tasks) == 2
-    assert calls == [
-        ("bytedance-research/ToolHop", "data/ToolHop.json", "dataset", toolhop_data.HUB_REVISION)
-    ]
+    assert calls == [("bytedance-research/ToolHop", "data/ToolHop.json", "dataset", hub.HUB_REVISION)]
     cached = isolated_locations / "cache" / "toolhop" / "data" / "ToolHop.json"
     assert cached.is_file()
     assert len(load_toolhop()) == 2 and len(calls) == 1  # second load reads the cache
 
 
 def test_download_with_a_wrong_digest_is_rejected_and_removed(isolated_locations, monkeypatch):
-    monkeypatch.setattr(toolhop_data, "hf_hub_download", _fake_hub(FIXTURE, []))
+    monkeypatch.setattr(hub, "hf_hub_download", _fake_hub(FIXTURE, []))
     with pytest.raises(DownloadError, match="sha256"):
         load_toolhop()
     assert not (isolated_locations / "cache" / "toolhop" / "data" / "ToolHop.json").exists()
@@ -235,7 +233,7 @@ def test_download_failure_is_a_download_error(isolated_locations, monkeypatch):
     def unreachable(**kwargs):
         raise OSError("network unreachable")
 
-    monkeypatch.setattr(toolhop_data, "hf_hub_download", unreachable)
+    monkeypatch.setattr(hub, "hf_hub_download", unreachable)
     with pytest.raises(DownloadError, match="network unreachable"):
         load_toolhop()
 
@@ -249,4 +247,4 @@ def test_hopgym_data_without_toolhop_files_is_an_error(tmp_path, monkeypatch):
 @needs_subset
 def test_hopgym_data_resolves_to_the_subset(monkeypatch):
     monkeypatch.setenv("HOPGYM_DATA", DATA_ROOT)
-    assert toolhop_data.resolve_toolhop_path() == SUBSET
+    assert hub.resolve_toolhop_path() == SUBSET

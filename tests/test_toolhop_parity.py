@@ -25,7 +25,7 @@ import pytest
 from hopgym.envs.metrics import table4_metrics
 from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.sandbox import make_sandbox
-from hopgym.tasks.toolhop import read_rows, task_from_row
+from hopgym.tasks.toolhop.loader import read_rows, task_from_row
 from tests.shared_data import DATA, SUBSET, needs_data
 
 pytestmark = [

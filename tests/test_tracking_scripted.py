@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer
-from hopgym.agents.tracking import flat_numbers, flat_params
+from hopgym.agents.evaluation.tracking import flat_numbers, flat_params
+from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
 from tests.test_runner_scripted import read_records
 from tests.test_samples_scripted import eval_args, seed_policy

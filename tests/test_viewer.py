@@ -27,8 +27,8 @@ from urllib.parse import urlencode, urlsplit
 
 import pytest
 
-from hopgym.agents.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
-from hopgym.agents.viewer import open_viewer
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
 from tests.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
 
@@ -139,7 +139,7 @@ def test_only_files_inside_the_given_run_folders_are_served(viewer: str, runs: P
         "/runs/0/escape",  # a symlink inside a run folder that points out of it
         "/runs/0/",
         "/runs/9/run.json",
-        "/viewer.js/../../agents/viewer.py",
+        "/viewer.js/../../agents/report/viewer.py",
         "/../../../etc/passwd",
     ]
     for path in attempts:

@@ -22,7 +22,7 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from hopgym.agents.ablation import ABLATIONS
+    from hopgym.agents.evaluation.ablation import ABLATIONS
     from hopgym.envs.feedback_flips import ERROR_SETS
 
     parser = subparsers.add_parser("ablate", help="the paper's feedback, framework and scenario ablations")
@@ -51,8 +51,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.ablation import ABLATIONS, ablation_markdown, run_ablation
-    from hopgym.agents.tracking import Tracker, log_run
+    from hopgym.agents.evaluation.ablation import ABLATIONS, ablation_markdown, run_ablation
+    from hopgym.agents.evaluation.tracking import Tracker, log_run
 
     name = args.ablation
     setting = ABLATIONS[name].setting

@@ -52,17 +52,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.construct import (
+    from hopgym.agents.construction.pipeline import (
         ToolConstructor,
         construct_dataset,
         report_markdown,
         report_path,
         rows_path,
     )
-    from hopgym.agents.model_client import ModelClient, ModelConfig
+    from hopgym.agents.model.client import ModelClient, ModelConfig
     from hopgym.errors import ConfigError
     from hopgym.sandbox import make_sandbox
-    from hopgym.tasks.construction_rows import read_query_rows
+    from hopgym.tasks.toolhop.construction_rows import read_query_rows
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")

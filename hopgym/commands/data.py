@@ -26,7 +26,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.tasks.downloads import data_cache_root, download_dataset
+    from hopgym.tasks.data_files import data_cache_root
+    from hopgym.tasks.downloads import download_dataset
 
     root = args.to or data_cache_root()
     for path in download_dataset(args.dataset, root, args.base_url):

@@ -1,5 +1,5 @@
-"""``hopgym demo``: a scripted policy (agents/scripted.py) over the real ToolHop data through the real
-sandbox. The summary has the paper's Table 4 columns for this policy.
+"""``hopgym demo``: a scripted policy (agents/policies/scripted.py) over the real ToolHop data through the
+real sandbox. The summary has the paper's Table 4 columns for this policy.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from hopgym.agents.scripted import run_episode
+from hopgym.agents.policies.scripted import run_episode
 from hopgym.envs.chat import chat_env
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 

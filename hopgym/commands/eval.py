@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from hopgym.errors import ConfigError
 
 if TYPE_CHECKING:
-    from hopgym.agents.runner import EvalConfig
+    from hopgym.agents.evaluation.runner import EvalConfig
 
 DEFAULT_CONCURRENCY = 8
 
@@ -154,9 +154,9 @@ def api_base_from(bases: Sequence[str] | None) -> str | tuple[str, ...] | None:
 
 
 def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManager[dict[str, Any]]:
-    """ModelConfig fields of ``--model`` and its server (agents/endpoint.py); ``local`` runs the embedded
-    server meanwhile."""
-    from hopgym.agents.endpoint import model_endpoint as endpoint
+    """ModelConfig fields of ``--model`` and its server (agents/model/endpoint.py); ``local`` runs the
+    embedded server meanwhile."""
+    from hopgym.agents.model.endpoint import model_endpoint as endpoint
 
     executor = getattr(args, "executor", "local")
     return endpoint(
@@ -170,7 +170,7 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
     if args.concurrency is not None:
         return args.concurrency
     if args.model == "local":
-        from hopgym.agents.local_server import LOCAL_CONCURRENCY
+        from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 
         return LOCAL_CONCURRENCY
     return default
@@ -178,8 +178,8 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
 
 def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, agent: str) -> EvalConfig:
     """The run ``hopgym eval``'s options ask for (``hopgym ablate`` builds each arm's from the same)."""
-    from hopgym.agents.model_client import ModelConfig
-    from hopgym.agents.runner import EvalConfig
+    from hopgym.agents.evaluation.runner import EvalConfig
+    from hopgym.agents.model.client import ModelConfig
 
     return EvalConfig(
         out=out,
@@ -207,11 +207,11 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.kgetool_tables import familytool_tables_for_run
-    from hopgym.agents.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.runner import EvalRun, run_verdict
-    from hopgym.agents.summary import markdown_table, run_title
-    from hopgym.agents.tracking import Tracker, log_run
+    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.runner import EvalRun, run_verdict
+    from hopgym.agents.evaluation.summary import markdown_table, run_title
+    from hopgym.agents.evaluation.tracking import Tracker, log_run
+    from hopgym.agents.report.familytool_tables import familytool_tables_for_run
 
     trackers = [Tracker.parse(spec) for spec in args.track]
     for tracker in trackers:  # before the run: a missing library must not cost the run

@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 from hopgym.errors import DataError
 
 if TYPE_CHECKING:
-    from hopgym.tasks.kg2tool import KGSource
-    from hopgym.tasks.kg2tool_model import KG2ToolTask
+    from hopgym.tasks.kg2tool.assembly import KGSource
+    from hopgym.tasks.kg2tool.task_file import KG2ToolTask
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from hopgym.tasks.fol_sampler import DEFAULT_MAX_ANSWERS
-    from hopgym.tasks.kg2tool import KG_NAMES
-    from hopgym.tasks.kg2tool_export import EXPORT_FORMATS, RECORD_KINDS
+    from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS
+    from hopgym.tasks.kg2tool.assembly import KG_NAMES
+    from hopgym.tasks.kg2tool.export import EXPORT_FORMATS, RECORD_KINDS
 
     parser = subparsers.add_parser("kg2tool", help="KG2Tool: FOL tasks over a KG and instruction data")
     actions = parser.add_subparsers(dest="kg2tool_command", required=True, metavar="ACTION")
@@ -59,8 +59,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_sample(args: argparse.Namespace) -> int:
-    from hopgym.tasks.kg2tool import load_kg_source, parse_patterns, sample_tasks
-    from hopgym.tasks.kg2tool_model import write_tasks
+    from hopgym.tasks.kg2tool.assembly import load_kg_source, parse_patterns, sample_tasks
+    from hopgym.tasks.kg2tool.task_file import write_tasks
 
     source = load_kg_source(args.kg, args.data)
     tasks = sample_tasks(source, parse_patterns(args.patterns), args.n, args.seed, args.max_answers)
@@ -74,9 +74,9 @@ def run_sample(args: argparse.Namespace) -> int:
 def refine_queries(tasks: list[KG2ToolTask], source: KGSource, args: argparse.Namespace) -> list[KG2ToolTask]:
     """The tasks with their queries reworded by ``--refine-with``; each task that kept its template query
     is reported."""
-    from hopgym.agents.kg2tool_refine import refine_queries as refine
-    from hopgym.agents.model_client import ModelClient, ModelConfig
-    from hopgym.agents.runner import run_to_completion
+    from hopgym.agents.construction.kg2tool_refine import refine_queries as refine
+    from hopgym.agents.evaluation.runner import run_to_completion
+    from hopgym.agents.model.client import ModelClient, ModelConfig
 
     client = ModelClient(ModelConfig(args.refine_with, api_base=args.api_base, api_key=args.api_key))
     refined, problems = run_to_completion(refine(tasks, source, client, args.concurrency))
@@ -87,9 +87,9 @@ def refine_queries(tasks: list[KG2ToolTask], source: KGSource, args: argparse.Na
 
 
 def run_export(args: argparse.Namespace) -> int:
-    from hopgym.tasks.kg2tool import load_kg_source, offered_tool_names
-    from hopgym.tasks.kg2tool_export import export_records, write_export
-    from hopgym.tasks.kg2tool_model import read_tasks
+    from hopgym.tasks.kg2tool.assembly import load_kg_source, offered_tool_names
+    from hopgym.tasks.kg2tool.export import export_records, write_export
+    from hopgym.tasks.kg2tool.task_file import read_tasks
 
     tasks = read_tasks(args.tasks)
     kgs = sorted({task.kg for task in tasks})

@@ -33,11 +33,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.provenance import comparison_warnings
-    from hopgym.agents.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.report import run_labels
-    from hopgym.agents.runner import RUN_FILE
-    from hopgym.agents.summary import markdown_table, run_title, summarize
+    from hopgym.agents.evaluation.provenance import comparison_warnings
+    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.runner import RUN_FILE
+    from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
+    from hopgym.agents.report.markdown import run_labels
 
     summaries = {}
     for folder, name in zip(args.runs, run_labels(args.runs, args.label), strict=True):
@@ -56,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(markdown_table(summaries))
     if args.out:
-        from hopgym.agents.report import write_report
+        from hopgym.agents.report.markdown import write_report
 
         print(f"\nreport: {write_report(args.runs, args.out, args.error_set, args.label)}")
     return 0

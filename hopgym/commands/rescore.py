@@ -21,8 +21,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.rescore import rescore_run
-    from hopgym.agents.summary import markdown_table, run_title
+    from hopgym.agents.evaluation.rescore import rescore_run
+    from hopgym.agents.evaluation.summary import markdown_table, run_title
 
     summary = rescore_run(args.run, args.out, args.scorer, args.protocol)
     print(f"{run_title(summary)}  ({args.out})\n")

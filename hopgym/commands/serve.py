@@ -54,7 +54,7 @@ def _serve_until_stopped(server, model_string: str) -> int:
 
 
 def serve_local(args: argparse.Namespace) -> int:
-    from hopgym.agents.local_server import local_model_string, local_server
+    from hopgym.agents.model.local_server import local_model_string, local_server
 
     return _serve_until_stopped(
         local_server(port=args.port, n_ctx=args.n_ctx, threads=args.threads), local_model_string()
@@ -62,7 +62,7 @@ def serve_local(args: argparse.Namespace) -> int:
 
 
 def serve_scripted(args: argparse.Namespace) -> int:
-    from hopgym.agents.scripted_server import ScriptedModelServer, smoke_script
+    from hopgym.agents.model.scripted_server import ScriptedModelServer, smoke_script
 
     with ScriptedModelServer(smoke_script, port=args.port) as server:
         print(f"ready: --model {server.model} --api-base {server.api_base} --api-key sk", flush=True)
@@ -72,7 +72,7 @@ def serve_scripted(args: argparse.Namespace) -> int:
 
 
 def serve_vllm(args: argparse.Namespace) -> int:
-    from hopgym.agents.vllm_server import vllm_model_string, vllm_server
+    from hopgym.agents.model.vllm_server import vllm_model_string, vllm_server
 
     server = vllm_server(
         args.model,

@@ -10,7 +10,7 @@ from hopgym.errors import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    from hopgym.tasks.kg_tools import GENERATED_DIR, KNOWN_KGS
+    from hopgym.tasks.kg2tool.generated_tools import GENERATED_DIR, KNOWN_KGS
 
     parser = subparsers.add_parser("tools", help="tools generated from knowledge-graph relations")
     actions = parser.add_subparsers(dest="tools_command", required=True, metavar="ACTION")
@@ -27,7 +27,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run_generate(args: argparse.Namespace) -> int:
-    from hopgym.tasks.kg_tools import GENERATED_DIR, tools_for_kg, write_tools
+    from hopgym.tasks.kg2tool.generated_tools import GENERATED_DIR, tools_for_kg, write_tools
 
     out = args.out or GENERATED_DIR / args.kg
     tools = tools_for_kg(args.kg, args.data)

@@ -24,7 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hopgym.agents.viewer import open_viewer
+    from hopgym.agents.report.viewer import open_viewer
 
     with open_viewer(args.runs, args.port) as server:
         print(f"viewer: {server.url}  (Ctrl-C stops it)", flush=True)

@@ -19,7 +19,7 @@ from hopgym.envs.toolhop import ToolHopEnv
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.sandbox import Sandbox
-from hopgym.tasks.toolhop import load_toolhop
+from hopgym.tasks.toolhop.loader import load_toolhop
 
 pytestmark = pytest.mark.attack
 

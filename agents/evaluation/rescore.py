@@ -1,0 +1,85 @@
+"""``hopgym rescore``: a run's answers judged again from its saved trajectories, with no model call.
+
+Each ended episode's saved messages are scored with another scorer and/or the answer rule of another
+protocol (the official rule may read the tool message before the answer; hopgym's reads the answer
+alone), exactly as the env scores a live episode (:func:`hopgym.envs.scoring.episode_correct`). The
+trajectory itself is what was run: rescoring under another protocol changes the verdict rule, not the
+prompts the model saw. The result is a new run folder that ``hopgym report`` reads like any other.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from hopgym.agents.evaluation.provenance import now
+from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
+from hopgym.envs.scoring import episode_correct, get_scorer
+from hopgym.envs.toolhop import PROTOCOLS
+from hopgym.errors import ConfigError, DataError
+from hopgym.options import check_choice
+
+RESCORABLE_ENVS = ("ToolHop-v0",)
+
+
+def _run_identity(folder: Path) -> dict[str, Any]:
+    run_file = folder / RUN_FILE
+    if not (folder / EPISODES_FILE).exists() or not run_file.exists():
+        raise DataError(f"{folder} is not a run folder: it needs {EPISODES_FILE} and {RUN_FILE}")
+    identity = json.loads(run_file.read_text())
+    if identity.get("env") not in RESCORABLE_ENVS:
+        raise ConfigError(
+            f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of {list(RESCORABLE_ENVS)}"
+        )
+    return identity
+
+
+def rescored_record(record: Mapping[str, Any], scorer: str, protocol: str) -> dict[str, Any]:
+    """The record with ``correct`` and ``reward`` judged again; an episode that never ended stays wrong."""
+    rescored = {**record, "protocol": protocol}
+    if record.get("terminated") and record.get("gold_answer") is not None:
+        correct = episode_correct(
+            get_scorer(scorer),
+            protocol == "official",
+            str(record["gold_answer"]),
+            record.get("messages") or [],
+        )
+        rescored.update(correct=correct, reward=float(correct))
+    return rescored
+
+
+def rescore_run(
+    folder: Path, out: Path, scorer: str | None = None, protocol: str | None = None
+) -> dict[str, Any]:
+    """Write the rescored run into the new folder ``out`` and return its summary. ``scorer`` and
+    ``protocol`` default to the run's own."""
+    identity = _run_identity(folder)
+    env_kwargs = dict(identity.get("env_kwargs") or {})
+    scorer = scorer or env_kwargs.get("scorer") or "official"
+    get_scorer(scorer)  # an unknown name fails here, naming the valid ones
+    protocol = protocol or env_kwargs.get("protocol") or "official"
+    check_choice("protocol", protocol, PROTOCOLS)
+    if out.exists():
+        raise ConfigError(f"{out} already exists; rescore writes a new run folder, pick another --out")
+    records = [rescored_record(r, scorer, protocol) for r in read_episodes(folder / EPISODES_FILE)]
+    out.mkdir(parents=True)
+    writer = EpisodeWriter(out / EPISODES_FILE)
+    for record in records:
+        writer.write(record)
+    writer.close()
+    provenance = {
+        **(identity.get("provenance") or {}),
+        "rescored": {
+            "from": str(folder),
+            "at": now(),
+            "scorer": env_kwargs.get("scorer") or "official",
+            "protocol": env_kwargs.get("protocol") or "official",
+        },
+    }
+    run = {**identity, "env_kwargs": {**env_kwargs, "scorer": scorer, "protocol": protocol}}
+    run["provenance"] = provenance
+    (out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+    return write_summary_files(out, records, {**run, "out": str(out)})

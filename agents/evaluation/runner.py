@@ -1,0 +1,562 @@
+"""The evaluation runner behind ``hopgym eval``: many episodes at once, one JSON line per finished one.
+
+Model calls are asyncio coroutines; env resets and steps (sandboxed tool calls) run in worker threads,
+one env per concurrent episode, so a slow tool never blocks the model calls of other episodes. Finished
+episodes are appended to ``episodes.jsonl`` at once; ``resume`` skips the (task id, sample) pairs already
+there. A model-server or sandbox failure ends only its episode, recorded with the reason.
+
+With ``samples`` K each selected task runs K times; sample k resets its env with seed ``seed + k`` and, when
+the model config carries a ``seed``, asks the model with ``seed + k`` too, so the samples differ and each
+is reproducible.
+
+Where episodes run is the executor's business: :class:`LocalExecutor` runs them in this process, the Ray
+executor (``agents/evaluation/ray_executor.py``) on a cluster's nodes, each with its own
+:class:`EpisodeRunner`. Either streams finished records back to :class:`EvalRun`, which alone writes the run
+folder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import threading
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Protocol, SupportsFloat, TypeVar
+
+import gymnasium as gym
+from tqdm import tqdm
+
+import hopgym  # noqa: F401 - registers the envs
+from hopgym.agents.evaluation.provenance import finish_provenance, start_provenance
+from hopgym.agents.evaluation.records import (
+    EPISODES_FILE,
+    EpisodeRecord,
+    EpisodeWriter,
+    check_resumable,
+    read_episodes,
+)
+from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
+from hopgym.agents.model.client import ModelClient, ModelConfig
+from hopgym.agents.policies.base import Agent
+from hopgym.agents.policies.registry import agent_factory
+from hopgym.envs.chat import chat_env
+from hopgym.envs.env_options import check_env_options
+from hopgym.errors import ActionError, ConfigError, ModelError, one_line
+from hopgym.tasks.sampling import stratified_sample, task_stratum
+
+RUN_FILE = "run.json"
+SUMMARY_JSON = "summary.json"
+SUMMARY_MD = "summary.md"
+EXECUTORS = ("local", "ray")
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """Everything one run needs; ``run_identity`` is what a resumed run must share with the original."""
+
+    out: Path
+    model: ModelConfig
+    env_id: str = "ToolHop-v0"
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    agent: str = "fc"
+    agent_options: Mapping[str, Any] = field(default_factory=dict)
+    concurrency: int = 8
+    limit: int | None = None
+    sample: int | None = None
+    """Run a stratified sample of this many tasks (see :func:`stratified_sample`) instead of all."""
+    task_ids: tuple[str, ...] = ()
+    """Run only these tasks, in this order, instead of all."""
+    seed: int = 0
+    """Seeds the stratified sample and, plus the sample number, each episode's reset."""
+    samples: int = 1
+    """Episodes per task."""
+    resume: bool = False
+    progress: bool = True
+    executor: str = "local"
+    """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
+    ray_address: str | None = None
+
+    def run_identity(self) -> dict[str, Any]:
+        """Settings a resumed run must share; the newer ones appear only when set, so a run folder made
+        before they existed still resumes."""
+        optional = {
+            "sample": self.sample,
+            "task_ids": list(self.task_ids) or None,
+            "seed": self.seed or None,
+            "samples": self.samples if self.samples != 1 else None,
+            "model_extra": dict(self.model.extra) or None,
+        }
+        return {
+            "env": self.env_id,
+            "env_kwargs": dict(self.env_kwargs),
+            "agent": self.agent,
+            "agent_options": dict(self.agent_options),
+            "model": self.model.model,
+            "temperature": self.model.temperature,
+            "max_tokens": self.model.max_tokens,
+            "tool_choice_substitutes": dict(self.model.tool_choice_substitutes),
+            **{key: value for key, value in optional.items() if value is not None},
+        }
+
+
+CHOOSERS = {"--limit": "limit", "--sample": "sample", "--task": "task_ids"}
+"""The options that choose which tasks run, and the config field of each."""
+
+
+def task_indices(tasks: Sequence[Any], task_ids: Sequence[str]) -> list[int]:
+    """The indices of the tasks named ``task_ids``, in that order; an unknown or repeated id is an error."""
+    index_of = {str(task.id): i for i, task in enumerate(tasks)}
+    unknown = [task_id for task_id in task_ids if task_id not in index_of]
+    if unknown:
+        examples = ", ".join(list(index_of)[:3])
+        named = ", ".join(unknown)
+        raise ConfigError(f"--task {named}: no such task in this env's data (ids look like {examples})")
+    repeated = sorted({task_id for task_id in task_ids if task_ids.count(task_id) > 1})
+    if repeated:
+        raise ConfigError(f"--task {', '.join(repeated)} given twice; use --samples K to run a task K times")
+    return [index_of[task_id] for task_id in task_ids]
+
+
+def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
+    """The model config of sample ``sample``: its ``seed`` (when it has one) moved on by the sample."""
+    seed = model.extra.get("seed")
+    if sample == 0 or not isinstance(seed, int):
+        return model
+    return replace(model, extra={**model.extra, "seed": seed + sample})
+
+
+def episode_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """What identifies an episode in a run: its task and its sample (records from before samples: 0)."""
+    return str(record["task_id"]), int(record.get("sample") or 0)
+
+
+class EnvPool:
+    """Up to ``size`` envs, made in worker threads. An env that failed is closed and discarded, and its
+    place is free at once: the next episode to ask makes a new env, so no episode ever waits for an env
+    that can no longer come."""
+
+    def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
+        self._make_env = make_env
+        self._size = size
+        self._in_thread = in_thread
+        self._idle: list[gym.Env] = [first]
+        self._created = 1
+        self._changed = asyncio.Event()
+        """Set whenever an env comes back or a place frees up; waiters then look again."""
+        self.envs: list[gym.Env] = [first]
+
+    async def fill(self) -> None:
+        """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
+        start: neither then slows the first episodes down."""
+        while self._created < self._size:
+            self._created += 1
+            env = await self._in_thread(self._make_env)
+            self.envs.append(env)
+            self._idle.append(env)
+        for env in self.envs:
+            await self._in_thread(chat_env(env).warm_up)
+
+    async def acquire(self) -> gym.Env:
+        while True:
+            if self._idle:
+                return self._idle.pop()
+            if self._created < self._size:
+                return await self._make()
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _make(self) -> gym.Env:
+        self._created += 1
+        try:
+            return await self._in_thread(self._make_listed)
+        except BaseException:
+            self._created -= 1
+            self._changed.set()  # the place is free again for a waiting episode to try
+            raise
+
+    def _make_listed(self) -> gym.Env:
+        """Make an env and list it in its own thread: one whose episode was cancelled while it was being
+        made (the run stopped or crashed) is still listed, and closed with the others."""
+        env = self._make_env()
+        self.envs.append(env)
+        return env
+
+    def release(self, env: gym.Env, healthy: bool) -> None:
+        """Take ``env`` back; an unhealthy one is discarded (closed) and its place freed."""
+        self._changed.set()
+        if healthy:
+            self._idle.append(env)
+            return
+        self._created -= 1
+        self.envs.remove(env)
+        env.close()
+
+
+class EpisodeRunner:
+    """Runs episodes in this process, up to ``concurrency`` at once, each with an env from one pool. The
+    local executor has one; the Ray executor one per node."""
+
+    def __init__(self, config: EvalConfig, concurrency: int) -> None:
+        self.config = config
+        clients: dict[Any, ModelClient] = {}  # one client per distinct model seed
+        self._make_agent: list[Callable[[], Agent]] = []
+        for sample in range(config.samples):
+            model = sample_model(config.model, sample)
+            seed = model.extra.get("seed")
+            if seed not in clients:
+                clients[seed] = ModelClient(model)
+            self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
+        self._executor = ThreadPoolExecutor(max_workers=concurrency + 1, thread_name_prefix="hopgym-env")
+        self._env_creation = threading.Lock()
+        self._pool: EnvPool | None = None
+
+    def make_env(self) -> gym.Env:
+        # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
+        # support from several threads at once ("AST constructor recursion depth mismatch").
+        with self._env_creation:
+            return gym.make(self.config.env_id, **self.config.env_kwargs)
+
+    async def in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+
+    async def start(self, size: int, first_env: gym.Env | None = None) -> None:
+        """Make the pool of ``size`` envs (``first_env`` among them, if given) before the first episode."""
+        first = first_env if first_env is not None else await self.in_thread(self.make_env)
+        self._pool = EnvPool(self.make_env, size, first, self.in_thread)
+        await self._pool.fill()
+
+    async def close(self) -> None:
+        """Wait for the env threads (envs still being made, steps still running), then close every env;
+        the runner runs no episode after this."""
+        await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
+
+    def _close_envs(self) -> None:
+        self.shutdown()
+        if self._pool is not None:
+            envs, self._pool = self._pool.envs, None
+            for env in envs:
+                env.close()
+
+    def shutdown(self) -> None:
+        """Stop the env threads (waiting for those still running)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    async def episode(self, index: int, task_id: str, sample: int) -> EpisodeRecord:
+        """Run one episode to its end and return its record; any exception ends only this episode,
+        recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
+        if self._pool is None:
+            raise RuntimeError("EpisodeRunner.start() must come before episodes")
+        pool = self._pool
+        started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
+        agent: Agent | None = None
+        observation: Mapping[str, Any] = {}  # until reset returns
+        info: Mapping[str, Any] = {}
+        calls: list[dict[str, Any]] = []
+        turns = parallel_turns = 0
+        reward: SupportsFloat = 0.0  # gymnasium's reward type; the record holds float(reward)
+        terminated, truncated, error = False, False, None
+        try:
+            agent = self._make_agent[sample]()
+            env = await pool.acquire()
+            healthy = True
+            try:
+                started = time.perf_counter()
+                observation, info = await self.in_thread(
+                    env.reset, seed=self.config.seed + sample, options={"index": index}
+                )
+                while not (terminated or truncated):
+                    action = await agent.act(observation, info)
+                    if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
+                        parallel_turns += 1
+                    observation, reward, terminated, truncated, info = await self.in_thread(env.step, action)
+                    turns += 1
+                    calls.extend(info.get("calls") or ())
+            except Exception as exc:
+                # After a model failure or a rejected action the env is fine (the next reset starts
+                # afresh); after anything else it may not be, so it is replaced.
+                healthy = isinstance(exc, (ModelError, ActionError))
+                raise
+            finally:
+                pool.release(env, healthy)
+        except Exception as exc:
+            error = f"{type(exc).__name__}: {exc}"
+        messages = list(observation.get("messages", ()))
+        final = messages[-1] if terminated and messages else None
+        return {
+            "task_id": task_id,
+            "index": index,
+            "sample": sample,
+            "seed": self.config.seed + sample,
+            "reward": float(reward),
+            "correct": bool(info.get("correct", False)) if terminated else False,
+            "terminated": bool(terminated),
+            "truncated": bool(truncated),
+            "turns": turns,
+            "calls": calls,
+            "parallel_turns": parallel_turns,
+            "final_answer": final.get("content") if final else None,
+            "gold_answer": info.get("answer"),
+            "hops": info.get("hops"),
+            "isolation": info.get("isolation"),
+            "protocol": info.get("protocol"),
+            "metrics": info.get("metrics"),
+            "agent": agent.stats.as_dict() if agent is not None else None,
+            "latency_ms": round((time.perf_counter() - started) * 1000, 1),
+            "error": error,
+            "messages": messages,
+        }
+
+
+Episode = tuple[int, str, int]
+"""(task index, task id, sample): one episode of a run."""
+
+
+class Executor(Protocol):
+    """Runs the pending episodes somewhere and yields each finished record once, in finishing order."""
+
+    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]: ...
+
+
+class LocalExecutor:
+    """Every episode in this process, ``concurrency`` at once (the first env, already made, is reused)."""
+
+    def __init__(self, runner: EpisodeRunner, first_env: gym.Env) -> None:
+        self._runner = runner
+        self._first_env = first_env
+
+    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]:
+        runner = self._runner
+        episodes: list[asyncio.Future[EpisodeRecord]] = []
+        try:
+            await runner.start(min(runner.config.concurrency, len(pending)), self._first_env)
+            episodes = [asyncio.ensure_future(runner.episode(*episode)) for episode in pending]
+            for finished in asyncio.as_completed(episodes):
+                yield await finished
+        finally:
+            for episode in episodes:  # after a crash, episodes still running must not outlive the run
+                episode.cancel()
+            await asyncio.gather(*episodes, return_exceptions=True)
+            await runner.close()
+
+
+class EvalRun:
+    """One ``hopgym eval`` run over a run folder."""
+
+    def __init__(self, config: EvalConfig) -> None:
+        if config.concurrency < 1:
+            raise ConfigError(f"--concurrency must be at least 1, got {config.concurrency}")
+        if config.limit is not None and config.limit < 1:
+            raise ConfigError(f"--limit must be at least 1, got {config.limit}")
+        if config.samples < 1:
+            raise ConfigError(f"--samples must be at least 1, got {config.samples}")
+        choosers = [name for name, value in CHOOSERS.items() if getattr(config, value) not in (None, ())]
+        if len(choosers) > 1:
+            raise ConfigError(f"{' and '.join(choosers)} all choose the tasks; pass one of them")
+        if config.executor not in EXECUTORS:
+            raise ConfigError(f"unknown executor {config.executor!r}; valid: {', '.join(EXECUTORS)}")
+        if config.executor == "ray":
+            from hopgym.agents.evaluation.ray_executor import require_ray
+
+            require_ray()
+        check_env_options(config.env_id, config.env_kwargs)
+        self.config = config
+        self.out = Path(config.out)
+        self.episodes_path = self.out / EPISODES_FILE
+        self._runner = EpisodeRunner(config, config.concurrency)  # checks the agent and model options
+        self._finished = 0
+        self._correct = 0
+        self._errors = 0
+        self._provenance: dict[str, Any] = {}
+
+    # -- preparation -------------------------------------------------------------------------------
+
+    def _check_folder(self) -> None:
+        """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
+        identity = self.config.run_identity()
+        check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
+
+    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
+        """Create the run folder (options and data are checked by now) with its run.json (identity and
+        provenance); return the records already there."""
+        run_file = self.out / RUN_FILE
+        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
+        self._provenance = start_provenance(chat_env(env), expected, previous)
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._write_run_file()
+        return read_episodes(self.episodes_path, repair=True)
+
+    def _write_run_file(self) -> None:
+        run = {**self.config.run_identity(), "provenance": self._provenance}
+        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+
+    def _executor(self, first_env: gym.Env) -> Executor:
+        if self.config.executor == "ray":
+            from hopgym.agents.evaluation.ray_executor import RayExecutor
+
+            return RayExecutor(self.config)
+        return LocalExecutor(self._runner, first_env)
+
+    # -- running -----------------------------------------------------------------------------------
+
+    def _count(self, record: Mapping[str, Any]) -> None:
+        self._finished += 1
+        self._correct += bool(record.get("correct"))
+        self._errors += record.get("error") is not None
+
+    async def _run(self, executor: Executor, pending: list[Episode], bar: tqdm) -> None:
+        writer = EpisodeWriter(self.episodes_path)
+        try:
+            async with contextlib.aclosing(executor.stream(pending)) as records:
+                async for record in records:
+                    writer.write(record)
+                    self._count(record)
+                    bar.set_postfix(
+                        acc=f"{self._correct / self._finished:.1%}", errors=self._errors, refresh=False
+                    )
+                    bar.update(1)
+        finally:
+            writer.close()
+
+    def run(self) -> dict[str, Any]:
+        """Run every pending episode, then write and return the summary. The folder is checked, the first
+        env made (its options and data checked) and the executor reached before anything is written: a
+        mistake leaves no half-made run behind."""
+        self._check_folder()
+        first_env = self._runner.make_env()
+        try:
+            selected = self._select(chat_env(first_env).tasks)
+            executor = self._executor(first_env)
+            previous = self._open_folder(first_env, len(selected))
+            done = {episode_key(record) for record in previous}
+            pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
+            for record in previous:
+                self._count(record)
+            bar = tqdm(
+                total=len(selected),
+                initial=len(selected) - len(pending),
+                desc=f"{self.config.agent}·{self.config.model.model}",
+                unit="ep",
+                disable=not self.config.progress,
+                dynamic_ncols=True,
+            )
+            with bar:
+                if pending:
+                    run_to_completion(self._run(executor, pending, bar))
+        finally:
+            first_env.close()
+            self._runner.shutdown()
+        wanted = {(task_id, sample) for _, task_id, sample in selected}
+        recorded = wanted & {episode_key(record) for record in read_episodes(self.episodes_path)}
+        self._provenance = finish_provenance(self._provenance, len(recorded))
+        self._write_run_file()
+        return self.write_summary()
+
+    def _select(self, tasks: Sequence[Any]) -> list[Episode]:
+        """(index, task id, sample) of every episode this run holds: the first ``limit`` tasks, or a
+        stratified ``sample`` of them, or those named in ``task_ids``, or all, each ``samples`` times."""
+        indices = list(range(len(tasks)))[: self.config.limit]
+        if self.config.task_ids:
+            indices = task_indices(tasks, self.config.task_ids)
+        if self.config.sample is not None:
+            indices = stratified_sample(
+                [task_stratum(task) for task in tasks], self.config.sample, self.config.seed
+            )
+        return [(i, str(tasks[i].id), k) for i in indices for k in range(self.config.samples)]
+
+    def write_summary(self) -> dict[str, Any]:
+        records = read_episodes(self.episodes_path)
+        run = {**self.config.run_identity(), "out": str(self.out), "provenance": self._provenance}
+        return write_summary_files(self.out, records, run)
+
+
+def write_summary_files(
+    out: Path, records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
+    summary = summarize(records, run=run)
+    (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    table = markdown_table({run_title(summary): summary})
+    (out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
+    return summary
+
+
+def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
+    """The exit status of a finished run and the line that explains it (None when no episode failed):
+    1 when no episode reached the model or every episode failed, else 0."""
+    failed = [record for record in records if record.get("error")]
+    if not failed:
+        return 0, None
+    cause = one_line(Counter(str(record["error"]) for record in failed).most_common(1)[0][0])
+    counted = f"{len(failed)} of {len(records)} episodes failed"
+    if not any((record.get("agent") or {}).get("model_turns") for record in records):
+        return 1, f"no episode reached the model ({counted}): {cause}"
+    if len(failed) == len(records):
+        return 1, f"every episode failed ({counted}): {cause}"
+    return 0, f"{counted} (see 'error' in {EPISODES_FILE}); the most common cause: {cause}"
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+def run_to_completion(main: Awaitable[T], leftover_grace: float = 1.0) -> T:
+    """Run ``main`` on a fresh event loop and return its result, then cancel whatever else is still pending
+    (litellm's logging tasks have been seen to hang ``asyncio.run`` at shutdown) and close the loop without
+    waiting on it.
+
+    Ctrl-C and SIGTERM reach the loop as a cancel of ``main``, raised here as ``KeyboardInterrupt`` once
+    ``main`` has cleaned up: Python's own handler raises wherever the main thread happens to be, and a
+    ``KeyboardInterrupt`` raised inside a finalizer (aiohttp's ``__del__``) is swallowed, so the run
+    would go on as if never stopped. A second signal falls back to the handler that was there before."""
+    loop = asyncio.new_event_loop()
+    run: asyncio.Future[T] = asyncio.ensure_future(main, loop=loop)
+    stopped: list[int] = []
+    previous = _route_stop_signals(loop, run, stopped)
+    try:
+        return loop.run_until_complete(run)
+    except asyncio.CancelledError:
+        if not stopped:
+            raise
+        raise KeyboardInterrupt from None
+    finally:
+        _restore_signals(loop, previous)
+        leftovers = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for leftover in leftovers:
+            leftover.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.wait(leftovers, timeout=leftover_grace))
+        loop.close()
+
+
+def _route_stop_signals(
+    loop: asyncio.AbstractEventLoop, run: asyncio.Future[Any], stopped: list[int]
+) -> dict[int, Any]:
+    """Deliver SIGINT and SIGTERM to ``loop`` as a cancel of ``run``; return the handlers replaced
+    (none off the main thread, where signals cannot be handled)."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
+
+    def stop(sig: int) -> None:
+        stopped.append(sig)
+        run.cancel()
+        _restore_signals(loop, previous)
+
+    for sig in STOP_SIGNALS:
+        loop.add_signal_handler(sig, stop, sig)
+    return previous
+
+
+def _restore_signals(loop: asyncio.AbstractEventLoop, previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        loop.remove_signal_handler(sig)
+        signal.signal(sig, handler)
+    previous.clear()

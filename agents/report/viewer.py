@@ -1,0 +1,255 @@
+"""The run viewer of ``hopgym view``: a local web page over run folders, served on 127.0.0.1 only.
+
+A standard-library HTTP server answers three kinds of path: the page itself (a fixed set of files shipped
+in ``viewer_static``), a JSON API (the runs with one outline per episode, and one episode's whole record),
+and the files inside the run folders it was given (nothing outside them: a path that resolves elsewhere is
+refused). Episode content is model and tool output, so the page puts it in the DOM as text only and every
+response carries a Content-Security-Policy that runs no inline script. A ``Host`` other than the server's
+own address is refused, so a web page elsewhere cannot read runs through DNS rebinding.
+
+Run folders are read with the report's reader and read again when ``episodes.jsonl`` changes, so a run
+still in progress can be watched.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Mapping, Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from hopgym.agents.evaluation.provenance import incomplete_note
+from hopgym.agents.evaluation.records import EPISODES_FILE
+from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
+from hopgym.agents.evaluation.summary import run_title
+from hopgym.agents.report.markdown import Run, load_run, run_names
+from hopgym.errors import ConfigError, HopgymError, one_line
+
+HOST = "127.0.0.1"
+STATIC_FILES = {"/": "index.html", "/viewer.js": "viewer.js", "/viewer.css": "viewer.css"}
+_CONTENT_TYPES = {
+    ".html": "text/html; charset=utf-8",
+    ".js": "text/javascript; charset=utf-8",
+    ".css": "text/css; charset=utf-8",
+    ".json": "application/json",
+    ".png": "image/png",
+}
+# The page: its own script and style only (no inline script, so injected markup cannot run any).
+PAGE_POLICY = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self'; "
+    "base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+)
+# A run folder's file opened directly: shown as data, never as an active document.
+FILE_POLICY = "default-src 'none'; sandbox"
+OUTLINE_TEXT_LIMIT = 200
+RUN_FILES = (RUN_FILE, SUMMARY_JSON, SUMMARY_MD, EPISODES_FILE)
+"""The files of a run folder the page links to (any file inside a served folder can be opened)."""
+
+
+def outcome(record: Mapping[str, Any]) -> str:
+    """``errored`` (the episode ended in an exception), ``correct`` or ``wrong``."""
+    if record.get("error") is not None:
+        return "errored"
+    return "correct" if record.get("correct") else "wrong"
+
+
+def error_types(record: Mapping[str, Any]) -> list[str]:
+    """What went wrong in an episode: its calls' statuses and error types other than ``ok``, and the
+    exception class that ended it (the runner records errors as ``"Class: message"``)."""
+    kinds = {
+        kind
+        for call in record.get("calls") or ()
+        for kind in (call.get("status", "ok"), *(call.get("errors") or ()))
+        if kind and kind != "ok"
+    }
+    if record.get("error") is not None:
+        kinds.add(str(record["error"]).partition(":")[0])
+    return sorted(map(str, kinds))
+
+
+def _short(value: Any) -> str | None:
+    if value is None:
+        return None
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= OUTLINE_TEXT_LIMIT else text[: OUTLINE_TEXT_LIMIT - 1] + "…"
+
+
+def episode_outline(record: Mapping[str, Any]) -> dict[str, Any]:
+    """One row of the episode list: what the filters and the table need, not the transcript."""
+    return {
+        "task_id": str(record.get("task_id")),
+        "sample": int(record.get("sample") or 0),
+        "outcome": outcome(record),
+        "error_types": error_types(record),
+        "hops": record.get("hops"),
+        "turns": record.get("turns"),
+        "calls": len(record.get("calls") or ()),
+        "final_answer": _short(record.get("final_answer")),
+        "gold_answer": _short(record.get("gold_answer")),
+    }
+
+
+class RunSource:
+    """One run folder, read again when its episodes file changes (a run in progress can be watched)."""
+
+    def __init__(self, folder: Path, name: str) -> None:
+        self.folder = folder.resolve()
+        self.name = name
+        self._lock = threading.Lock()
+        self._stamp: tuple[int, int] | None = None
+        self._run: Run | None = None
+        self.run()  # a folder that is not a run fails now, not on the first page load
+
+    def run(self) -> Run:
+        """The run as read last, read again first if its episodes file has changed since."""
+        stat = (self.folder / EPISODES_FILE).stat() if (self.folder / EPISODES_FILE).exists() else None
+        stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
+        with self._lock:
+            if self._run is None or stamp != self._stamp:
+                self._run = load_run(self.folder, self.name)
+                self._stamp = stamp
+            return self._run
+
+    def overview(self) -> dict[str, Any]:
+        """The run's name, settings line, headline numbers and the outline of every episode."""
+        run = self.run()
+        summary = run.summary
+        provenance = run.provenance
+        return {
+            "name": self.name,
+            "folder": str(self.folder),
+            "title": run_title(summary),
+            "answer_correctness": summary.get("answer_correctness"),
+            "episodes": summary.get("episodes"),
+            "errors": summary.get("errors"),
+            "incomplete": None
+            if not provenance or provenance.get("complete")
+            else incomplete_note(provenance),
+            "files": [name for name in RUN_FILES if (self.folder / name).is_file()],
+            "outlines": [episode_outline(record) for record in run.records],
+        }
+
+    def episode(self, task_id: str, sample: int) -> dict[str, Any] | None:
+        """The whole record of the episode of ``task_id``'s ``sample``, None if the run has none."""
+        return next(
+            (
+                record
+                for record in self.run().records
+                if str(record.get("task_id")) == task_id and int(record.get("sample") or 0) == sample
+            ),
+            None,
+        )
+
+    def file(self, relative: str) -> Path | None:
+        """The file at ``relative`` inside this run folder; None for anything that resolves outside it
+        (``..``, an absolute path, a symlink out) or is not a regular file."""
+        candidate = (self.folder / relative).resolve()
+        if candidate != self.folder and candidate.is_relative_to(self.folder) and candidate.is_file():
+            return candidate
+        return None
+
+
+class ViewerServer(ThreadingHTTPServer):
+    """The viewer's HTTP server over ``sources``, bound to 127.0.0.1 (``port`` 0: a free one)."""
+
+    def __init__(self, sources: Sequence[RunSource], port: int = 0) -> None:
+        self.sources = list(sources)
+        try:
+            super().__init__((HOST, port), _Handler)
+        except OSError as exc:
+            raise ConfigError(f"cannot serve on {HOST}:{port}: {exc.strerror or exc}") from exc
+        self.allowed_hosts = {f"{HOST}:{self.port}", f"localhost:{self.port}"}
+
+    @property
+    def port(self) -> int:
+        return int(self.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://{HOST}:{self.port}/"
+
+
+def open_viewer(folders: Sequence[Path], port: int = 0) -> ViewerServer:
+    """A viewer server over these run folders (each read once now: a bad folder fails before serving)."""
+    names = run_names(folders)
+    return ViewerServer([RunSource(folder, name) for folder, name in zip(folders, names, strict=True)], port)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: ViewerServer
+    protocol_version = "HTTP/1.1"
+
+    def log_message(self, *args: Any) -> None:  # the terminal shows the URL, not a line per request
+        pass
+
+    def do_GET(self) -> None:
+        if self.headers.get("Host") not in self.server.allowed_hosts:
+            self._send_json(HTTPStatus.FORBIDDEN, {"error": "unexpected Host header"})
+            return
+        try:
+            self._route()
+        except HopgymError as exc:  # e.g. a run folder damaged since it was first read
+            self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": one_line(str(exc))})
+
+    def _route(self) -> None:
+        url = urlsplit(self.path)
+        path = unquote(url.path)
+        query = {key: values[-1] for key, values in parse_qs(url.query).items()}
+        if path in STATIC_FILES:
+            name = STATIC_FILES[path]
+            body = (resources.files("hopgym.agents.report") / "viewer_static" / name).read_bytes()
+            self._send(HTTPStatus.OK, body, _content_type(name), PAGE_POLICY)
+        elif path == "/api/runs":
+            self._send_json(HTTPStatus.OK, [source.overview() for source in self.server.sources])
+        elif path == "/api/episode":
+            self._episode(query)
+        elif path.startswith("/runs/"):
+            self._run_file(path.removeprefix("/runs/"))
+        else:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
+
+    def _source(self, index: str) -> RunSource | None:
+        sources = self.server.sources
+        return sources[int(index)] if index.isdigit() and int(index) < len(sources) else None
+
+    def _episode(self, query: Mapping[str, str]) -> None:
+        source = self._source(query.get("run", ""))
+        sample = query.get("sample", "0")
+        record = source.episode(query.get("task", ""), int(sample)) if source and sample.isdigit() else None
+        if record is None:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such episode"})
+        else:
+            self._send_json(HTTPStatus.OK, {**record, "outcome": outcome(record)})
+
+    def _run_file(self, rest: str) -> None:
+        index, _, relative = rest.partition("/")
+        source = self._source(index)
+        path = source.file(relative) if source and relative else None
+        if path is None:
+            self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such file in the run folders served"})
+        else:
+            self._send(HTTPStatus.OK, path.read_bytes(), _content_type(path.name), FILE_POLICY)
+
+    def _send_json(self, status: HTTPStatus, payload: Any) -> None:
+        body = json.dumps(payload, ensure_ascii=False, default=repr).encode()
+        self._send(status, body, _CONTENT_TYPES[".json"], FILE_POLICY)
+
+    def _send(self, status: HTTPStatus, body: bytes, content_type: str, policy: str) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Security-Policy", policy)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Referrer-Policy", "no-referrer")
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+
+def _content_type(name: str) -> str:
+    return _CONTENT_TYPES.get(Path(name).suffix, "text/plain; charset=utf-8")
