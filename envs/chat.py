@@ -211,7 +211,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
     def _validator_for(self, tools: Sequence[Mapping[str, Any]]) -> ToolValidator:
         """One validator per task for every episode when ``tools`` is a tuple (a task's ``tools``, fixed
         when the task was loaded): its schema checks and compiled argument validators are the same each
-        episode, and it holds its own copies of the schemas. Any other list gets a new validator."""
+        episode (a copy of the schemas would cost as much as the checks). Any other list gets a new one."""
         if not isinstance(tools, tuple):
             return ToolValidator(tools)
         kept = self._validators.get(id(tools))

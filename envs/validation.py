@@ -121,13 +121,10 @@ class ToolValidator:
     """Checks calls against one task's offered tool schemas (validators are built once per task)."""
 
     def __init__(self, tools: Sequence[Mapping[str, Any]]) -> None:
-        """Raises DataError for a schema the host cannot apply safely (see ``check_tool_schema``). Calls are
-        checked against copies of the schemas taken here, so that a validator kept for every episode of a
-        task (``ChatToolEnv``) checks against what was checked, whatever is later done to the offered ones."""
+        """Raises DataError for a schema the host cannot apply safely (see ``check_tool_schema``)."""
         self._schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
         for name, schema in self._schemas.items():
             check_tool_schema(schema, f"tool {name!r}")
-        self._schemas = json.loads(json.dumps(self._schemas))
         self._validators: dict[str, Any] = {}
 
     def _validator(self, name: str) -> Any:
