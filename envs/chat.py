@@ -163,6 +163,8 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._messages: list[Mapping[str, Any]] = []
         self._tools: list[Mapping[str, Any]] = []
         self._validator = ToolValidator([])
+        self._validators: dict[int, tuple[tuple[Mapping[str, Any], ...], ToolValidator]] = {}
+        """The validator of each task's tuple of schemas, by the tuple's id: see :meth:`_validator_for`."""
         self._classified_tools: list[Mapping[str, Any]] = []
         self._turns = 0
         self._calls_made = 0
@@ -199,12 +201,24 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         are validated against, when not the offered ones."""
         self._tools = list(tools)
         self._classified_tools = list(tools if classify_with is None else classify_with)
-        self._validator = ToolValidator(self._classified_tools)
+        self._validator = self._validator_for(tools if classify_with is None else classify_with)
         self._messages = list(messages)
         self._turns = 0
         self._calls_made = 0
         self._done = False
         return self._observation(), self._info([])
+
+    def _validator_for(self, tools: Sequence[Mapping[str, Any]]) -> ToolValidator:
+        """One validator per task for every episode when ``tools`` is a tuple (a task's ``tools``, fixed
+        when the task was loaded): its schema checks and compiled argument validators are the same each
+        episode (a copy of the schemas would cost as much as the checks). Any other list gets a new one."""
+        if not isinstance(tools, tuple):
+            return ToolValidator(tools)
+        kept = self._validators.get(id(tools))
+        if kept is None or kept[0] is not tools:
+            kept = (tools, ToolValidator(tools))
+            self._validators[id(tools)] = kept
+        return kept[1]
 
     # -- the episode loop --------------------------------------------------------------------------
 
@@ -324,7 +338,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- copies (pickle, copy.deepcopy, vector envs) -----------------------------------------------
 
-    _REBUILT: tuple[str, ...] = ("sandbox", "_validator")
+    _REBUILT: tuple[str, ...] = ("sandbox", "_validator", "_validators")
     """Attributes a copy rebuilds instead of copying (processes, compiled validators, closures)."""
 
     def __getstate__(self) -> dict[str, Any]:
@@ -341,6 +355,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         """A copy has its own sandbox, made like the original's; mid-episode it holds the episode's tools."""
         self.__dict__.update(state)
+        self._validators = {}
         self._validator = ToolValidator(self._classified_tools)
         if self._sandbox_spec is not None and not self._closed:
             from hopgym.sandbox import make_sandbox

@@ -2,12 +2,13 @@
 
 One template process per sandbox runs ``worker.py`` in template mode (see ``worker.serve_template``) under
 the same bwrap view or raw namespaces as a spawned worker. It never runs untrusted code. For each worker
-the host sends it a fork request carrying the worker's own pipes over a Unix socket; the fork becomes
-PID 1 of a new PID namespace (so it cannot see or signal the template or its siblings) with its own mount
-and IPC namespaces, a fresh /tmp, /proc and /dev/pts, and forks the worker, which applies the rlimits,
-drops to nobody and loads the seccomp filter exactly as a spawned worker does, before saying ``ready``.
-The host then moves both processes into the worker's own cgroup, before any request (so before any
-untrusted code), and holds a pidfd of each to kill them without pid reuse races.
+the host sends it a fork request carrying the worker's own pipes over a Unix socket; the fork is the
+worker, PID 1 of a new PID namespace (so it cannot see or signal the template or its siblings) with its own
+mount and IPC namespaces and a fresh /tmp, /proc and /dev/pts; it applies the rlimits, drops to nobody and
+loads the seccomp filter as a spawned worker does (its CPU limit is the kernel's SIGKILL: an init ignores a
+default-action SIGXCPU; see ``worker.apply_rlimits``), before saying ``ready``. The template reaps it and
+writes its exit code to its exit-status pipe. The host moves the worker into its own cgroup before any
+request (so before any untrusted code) and holds a pidfd of it to kill it without pid reuse races.
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class ForkServer:
         self._host_pid = 0
 
     def fork(self, fds: list[int], timeout: float) -> int:
-        """Fork a worker holding ``fds`` as its stdin, stdout, stderr and status pipe; the host pid of the
-        fork (PID 1 of the worker's namespace)."""
+        """Fork a worker holding ``fds`` as its stdin, stdout and stderr (the template keeps the fourth, its
+        exit-status pipe); the host pid of the worker (PID 1 of its namespace)."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
@@ -171,7 +172,7 @@ class ForkingLauncher(Launcher):
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, exit status
         worker_ends = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         try:
-            init = self._server.fork(worker_ends, self._start_timeout)
+            pid = self._server.fork(worker_ends, self._start_timeout)
         except SandboxError:
             for read, write in pipes:
                 os.close(read)
@@ -181,11 +182,11 @@ class ForkingLauncher(Launcher):
             raise
         for fd in worker_ends:
             os.close(fd)
-        worker = _ForkedWorker(init, pipes, cgroup, self._reply_cap, self._reaper)
+        worker = _ForkedWorker(pid, pipes, cgroup, self._reply_cap, self._reaper)
         try:
             info = await_ready(worker.connection, self._start_timeout)
             check_hardening(info, drops_root=self._plan.drops_root, seccomp=self._plan.seccomp)
-            worker.adopt(worker_pid(init, info))
+            worker.adopt(worker_pid(pid, info))
         except (SandboxError, OSError) as exc:
             stderr = worker.stderr()
             worker.kill()
@@ -198,14 +199,14 @@ class ForkingLauncher(Launcher):
 
 
 class _ForkedWorker:
-    """A forked worker as the host holds it: its pipes, pidfds of its two processes, its cgroup."""
+    """A forked worker as the host holds it: its pipes, a pidfd of its process, its cgroup."""
 
     def __init__(
-        self, init: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: Reaper
+        self, pid: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: Reaper
     ) -> None:
         self._reaper = reaper
-        self._pidfds = [os.pidfd_open(init)]
-        self._init = init
+        self._pidfd = os.pidfd_open(pid)
+        self._pid = pid
         self._cgroup = cgroup
         self._stderr = pipes[2][0]
         self._status = pipes[3][0]
@@ -218,27 +219,26 @@ class _ForkedWorker:
         )
 
     def adopt(self, worker: int) -> None:
-        """Hold the worker's pidfd, move both processes into the cgroup, pause the worker between calls."""
-        self._pidfds.append(os.pidfd_open(worker))
+        """Check that the ready worker is the forked process, move it into the cgroup, pause it between
+        calls."""
+        if worker != self._pid:
+            raise SandboxError(f"the forked worker {self._pid} is not the one that said ready ({worker})")
         if self._cgroup is not None:
-            for pid in (self._init, worker):
-                self._cgroup.join(pid)
+            self._cgroup.join(worker)
         self.connection.pause_pid = worker
 
     def kill(self) -> None:
-        """SIGKILL both processes now; the reaper finishes the rest (see ``process.Reaper``)."""
+        """SIGKILL the worker now; the reaper finishes the rest (see ``process.Reaper``)."""
         if self._killed:
             return
         self._killed = True
-        for pidfd in self._pidfds:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._reaper.put(self._finish)
 
     def _finish(self) -> None:
-        for pidfd in self._pidfds:  # killed in kill(): wait until they are gone, without polling
-            select.select([pidfd], [], [], 2.0)
-            os.close(pidfd)
+        select.select([self._pidfd], [], [], 2.0)  # killed in kill(): wait until it is gone, without polling
+        os.close(self._pidfd)
         if self._cgroup is not None:
             self._cgroup.kill()  # anything else in the group (nothing, unless a process escaped the count)
             self._cgroup.remove()
@@ -247,7 +247,7 @@ class _ForkedWorker:
         os.close(self._status)
 
     def exit_status(self) -> int | None:
-        """The worker's exit code as its PID 1 reported it (negative: the signal that killed it)."""
+        """The worker's exit code as the template reported it (negative: the signal that killed it)."""
         if self._exit_code is None and not self._killed and select.select([self._status], [], [], 0)[0]:
             text = os.read(self._status, 32).decode(errors="replace").strip()
             self._exit_code = int(text) if text.lstrip("-").isdigit() else None

@@ -16,6 +16,7 @@ The protocol itself is described in ``protocol.py``; the message shapes below mu
 from __future__ import annotations
 
 import builtins
+import contextlib
 import errno
 import io
 import json
@@ -205,8 +206,12 @@ def wait_for_exit(child: int) -> int:
     return os.waitpid(child, 0)[1]
 
 
-def apply_rlimits(limits: dict[str, int]) -> None:
-    """Cap memory, CPU seconds, file size and open files; core dumps off."""
+def apply_rlimits(limits: dict[str, int], namespace_init: bool = False) -> None:
+    """Cap memory, CPU seconds, file size and open files; core dumps off.
+
+    A namespace's init (a forked worker) ignores a default-action SIGXCPU, so its CPU limit is the hard
+    one: the kernel's SIGKILL, which no process escapes, at the limit itself (the fork-server reports it as
+    SIGXCPU: see :func:`_exit_code`)."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError instead of killing
     table = {
         "memory_bytes": resource.RLIMIT_AS,
@@ -216,7 +221,7 @@ def apply_rlimits(limits: dict[str, int]) -> None:
     }
     for key, value in limits.items():
         # CPU: SIGXCPU at the soft limit (reported as a resource limit), SIGKILL a second later
-        hard = value + 1 if key == "cpu_seconds" else value
+        hard = value + 1 if key == "cpu_seconds" and not namespace_init else value
         resource.setrlimit(table[key], (value, hard))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
@@ -307,6 +312,8 @@ def prepare_seccomp():
 
 # -------------------------------------------------------------------------------------------- fork-server
 
+_CPU_SAMPLED = 0.9
+"""The part of its CPU limit a worker killed at that limit is reported to have used, at least."""
 _EPISODE_FDS = 4
 """What the host sends with each fork request: the episode's stdin, stdout, stderr and exit-status pipes."""
 _PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
@@ -326,7 +333,9 @@ def serve_template(config: dict) -> int:
 
     It holds only what every worker would build the same way at start: this module, the code policy and
     the seccomp filter (built, not loaded). Each fork request carries the worker's own pipes; the template
-    closes its copies at once, so no worker inherits another's. Children are reaped by the kernel."""
+    closes its copies at once, so no worker inherits another's, but for the exit-status pipe, where it
+    writes the worker's exit code once it has reaped it (see :func:`_exit_code`)."""
+    import select
     import socket
 
     libc = _libc()
@@ -341,22 +350,30 @@ def serve_template(config: dict) -> int:
     for fd in (0, 1):
         os.dup2(devnull, fd)
     os.close(devnull)
-    signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     import gc
 
     gc.freeze()  # the collector never writes to what the template built: forked pages stay shared
     control.send(_dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
+    workers: dict[int, tuple[int, int]] = {}
+    """Each live worker's pidfd: its pid and the write end of its exit-status pipe."""
     while True:
+        ready = select.select([control, *workers], [], [])[0]
+        for pidfd in ready:
+            if pidfd in workers:
+                pid, status = workers.pop(pidfd)
+                _report_exit(pid, status, config["rlimits"].get("cpu_seconds"))
+                os.close(pidfd)
+        if control not in ready:
+            continue
         message, fds, _, _ = socket.recv_fds(control, 64, _EPISODE_FDS)
         if not message:
             return 0
         try:
             if message != b"fork" or len(fds) != _EPISODE_FDS:
                 raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
-            reply = {
-                "type": "forked",
-                "pid": _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_source),
-            }
+            pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_source)
+            workers[os.pidfd_open(pid)] = (pid, os.dup(fds[3]))
+            reply = {"type": "forked", "pid": pid}
         except Exception as exc:
             reply = {"type": "fatal", "error": describe_error(exc)}
         finally:
@@ -365,11 +382,32 @@ def serve_template(config: dict) -> int:
         control.send(_dumps(reply).encode())
 
 
+def _report_exit(pid: int, status_fd: int, cpu_seconds: int | None) -> None:
+    """Reap the exited worker ``pid`` and write its exit code to its exit-status pipe."""
+    _, status, usage = os.wait4(pid, 0)
+    with contextlib.suppress(OSError):  # the host already closed its end: nobody asks any more
+        os.write(status_fd, f"{_exit_code(status, usage, cpu_seconds)}\n".encode())
+    os.close(status_fd)
+
+
+def _exit_code(status: int, usage, cpu_seconds: int | None) -> int:
+    """The worker's exit code, negative for the signal that killed it; the kernel's SIGKILL at the CPU
+    limit (see :func:`apply_rlimits`) as SIGXCPU, told from another SIGKILL (the host's, the OOM killer's)
+    by the CPU time used, which the kernel reports sampled: a little under the limit (0.96 s of 1 s)."""
+    if not os.WIFSIGNALED(status):
+        return os.WEXITSTATUS(status)
+    killed_by = os.WTERMSIG(status)
+    used = usage.ru_utime + usage.ru_stime
+    if killed_by == signal.SIGKILL and cpu_seconds is not None and used >= _CPU_SAMPLED * cpu_seconds:
+        return -signal.SIGXCPU
+    return -killed_by
+
+
 def _fork_episode(
     libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp, warm_source
 ) -> int:
-    """Fork the first process of a new PID namespace (its pid in the template's namespace is returned);
-    it builds the worker's own mounts and IPC namespace and runs the worker as its only child."""
+    """Fork the worker as the first process (the init) of a new PID namespace; its pid in the template's
+    namespace is returned. It builds its own mounts and IPC namespace, then hardens itself and serves."""
     _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
     try:
         child = os.fork()
@@ -380,7 +418,7 @@ def _fork_episode(
         try:
             _become_episode(libc, fds, config)
             _warm_up(policy, config, warm_source)
-            serve_episode(Channel(), config, policy, load_seccomp)
+            serve_episode(Channel(), config, policy, load_seccomp, namespace_init=True)
         except BaseException as exc:
             os.write(2, f"{describe_error(exc)}\n".encode(errors="replace"))
             os._exit(1)
@@ -409,12 +447,14 @@ def _warm_up(policy, config: dict, warm_source) -> None:
 
 
 def _become_episode(libc, fds: list, config: dict) -> None:
-    """In the fork: take the episode's pipes as fds 0-3 and nothing else, die with the template, get a
-    private mount and IPC namespace with a fresh /tmp, /proc and /dev/pts; then fork the worker (PID 2)
-    and stay as PID 1, which reports the worker's exit status on fd 3 and exits."""
-    for target, fd in enumerate(fds):
+    """In the fork: take the episode's stdin, stdout and stderr as fds 0-2 and nothing else (its exit
+    status is the template's to write), die with the template, get a private mount and IPC namespace with a
+    fresh /tmp, /proc and /dev/pts. The worker stays PID 1 of its namespace: it cannot fork (seccomp), so
+    it has no children to reap, and what the kernel does not deliver to an init (a default-action SIGXCPU)
+    is covered in :func:`apply_rlimits`."""
+    for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
-    os.closerange(len(fds), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+    os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare(mount, ipc)")
@@ -429,17 +469,6 @@ def _become_episode(libc, fds: list, config: dict) -> None:
     _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
     if os.path.isdir("/dev/pts"):
         _mount(libc, "devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, _PTS_OPTIONS)
-    worker = os.fork()
-    if worker == 0:
-        os.close(3)
-        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
-        return
-    for fd in (0, 1, 2):
-        os.close(fd)
-    status = wait_for_exit(worker)
-    code = -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-    os.write(3, f"{code}\n".encode())
-    os._exit(0)
 
 
 # ------------------------------------------------------------------------------------------------- policy
@@ -817,10 +846,10 @@ def main(argv: list[str]) -> int:
     return serve_episode(channel, config, policy, load_seccomp)
 
 
-def serve_episode(channel: Channel, config: dict, policy, load_seccomp) -> int:
+def serve_episode(channel: Channel, config: dict, policy, load_seccomp, namespace_init: bool = False) -> int:
     """Harden this process (rlimits, uid, seccomp), say ``ready``, then serve one episode."""
     try:
-        apply_rlimits(config["rlimits"])
+        apply_rlimits(config["rlimits"], namespace_init)
         uid = drop_privileges(config.get("drop_uid"))
         if load_seccomp is not None:
             load_seccomp()

@@ -113,7 +113,7 @@ def test_forked_worker_is_hardened_like_a_spawned_one(sandbox: ProcessSandbox) -
     assert info["uid"] == 65534 and info["seccomp"] is True
     fresh = _probe(sandbox)
     assert fresh["uid"] == 65534
-    assert fresh["pids"] == [1, 2], "a worker sees only its own PID namespace: not the template, no sibling"
+    assert fresh["pids"] == [1], "a worker sees only its own PID namespace: not the template, no sibling"
     assert fresh["tmp"] == []
 
 
@@ -132,7 +132,7 @@ def test_nothing_of_one_episode_reaches_the_next(sandbox: ProcessSandbox) -> Non
     assert after["handlers"] == fresh["handlers"]
     assert after["blocked"] == fresh["blocked"] == []
     assert after["alarm"] == 0
-    assert after["pids"] == [1, 2]
+    assert after["pids"] == [1]
     assert after["random"] != fresh["random"], "each episode seeds its own random generator"
     shm = sandbox.call("shm_lookup", {})
     assert shm.status == "ok" and shm.value == -1, "the previous episode's SysV segment is not visible"
@@ -170,7 +170,7 @@ def test_a_worker_that_dies_leaves_the_template_serving(sandbox: ProcessSandbox)
     assert sandbox.load(["import os\ndef die():\n    os._exit(3)\n"]).errors == ()
     result = sandbox.call("die", {})
     assert result.status == "error" and "exit code 3" in (result.error or "")
-    assert _probe(sandbox)["pids"] == [1, 2]
+    assert _probe(sandbox)["pids"] == [1]
 
 
 def test_a_killed_template_is_started_again() -> None:
