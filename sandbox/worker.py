@@ -357,13 +357,13 @@ def serve_template(config: dict) -> int:
     workers: dict[int, tuple[int, int]] = {}
     """Each live worker's pidfd: its pid and the write end of its exit-status pipe."""
     while True:
-        ready = select.select([control, *workers], [], [])[0]
+        ready = select.select([control.fileno(), *workers], [], [])[0]
         for pidfd in ready:
             if pidfd in workers:
                 pid, status = workers.pop(pidfd)
                 _report_exit(pid, status, config["rlimits"].get("cpu_seconds"))
                 os.close(pidfd)
-        if control not in ready:
+        if control.fileno() not in ready:
             continue
         message, fds, _, _ = socket.recv_fds(control, 64, _EPISODE_FDS)
         if not message:
