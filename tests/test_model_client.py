@@ -11,7 +11,13 @@ import sys
 
 import pytest
 
-from hopgym.agents.model.client import ModelClient, ModelConfig, prepare_messages
+from hopgym.agents.model.client import (
+    ModelClient,
+    ModelConfig,
+    _LitellmSender,
+    _OpenAISender,
+    prepare_messages,
+)
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, sequence_script, tool_call
 from hopgym.errors import ConfigError, ModelError
 
@@ -19,7 +25,9 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 USER = [{"role": "user", "content": "hi"}]
 
 
-ROUTES = ["openai/scripted", "hosted_vllm/scripted"]
+ROUTES = ["openai", "litellm"]
+"""The same ``openai/scripted`` model on an api_base, sent by the openai client (its route) and by litellm
+(what it replaced: the test swaps the sender), so each check compares the two field for field."""
 
 
 @pytest.fixture(params=ROUTES)
@@ -27,9 +35,15 @@ def route(request: pytest.FixtureRequest) -> str:
     return request.param
 
 
-def client_for(server: ScriptedModelServer, model: str = "openai/scripted", **overrides) -> ModelClient:
+def client_for(server: ScriptedModelServer, route: str = "openai", **overrides) -> ModelClient:
     options = {"timeout": 2.0, "max_retries": 3, "backoff_base": 0.01, **overrides}
-    return ModelClient(ModelConfig(model, api_base=server.api_base, api_key="sk-test", **options))
+    client = ModelClient(
+        ModelConfig("openai/scripted", api_base=server.api_base, api_key="sk-test", **options)
+    )
+    assert isinstance(client._sender, _OpenAISender)
+    if route == "litellm":
+        client._sender = _LitellmSender("sk-test")
+    return client
 
 
 def test_server_errors_and_rate_limits_are_retried_and_counted(route: str) -> None:
@@ -127,9 +141,9 @@ def test_both_routes_send_the_same_request_body() -> None:
     history.append({"role": "tool", "tool_call_id": "c1", "name": "f", "content": "2"})
     extra = {"seed": 7, "top_p": 0.5, "top_k": 20, "extra_body": {"min_p": 0.1}}
     bodies = []
-    for model in ROUTES:
+    for route in ROUTES:
         with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
-            client = client_for(server, model, max_tokens=32, extra=extra)
+            client = client_for(server, route, max_tokens=32, extra=extra)
             asyncio.run(client.complete(history, tools=TOOLS, tool_choice="auto", stop=["Observation:"]))
             bodies.append(server.requests[0])
     assert bodies[0] == bodies[1]
@@ -160,21 +174,52 @@ def test_both_routes_read_reasoning_alike(content: str, fields: tuple, expected:
     """litellm takes reasoning out of a reply (a reasoning field, or ``<think>`` text leading the content);
     the openai route does the same, so an agent's answer does not depend on the route."""
     messages = []
-    for model in ROUTES:
+    for route in ROUTES:
         reply = ScriptedReply(content=content, message_fields=fields)
         with ScriptedModelServer(sequence_script([reply])) as server:
-            messages.append(asyncio.run(client_for(server, model).complete(USER)).message)
+            messages.append(asyncio.run(client_for(server, route).complete(USER)).message)
     assert messages[0] == messages[1] == {"role": "assistant", **expected}
 
 
 def test_one_client_serves_requests_from_successive_event_loops() -> None:
-    """A run may call the client from more than one ``asyncio.run``; each loop gets its own connections."""
-    with ScriptedModelServer(
-        sequence_script([ScriptedReply(content="a"), ScriptedReply(content="b")])
-    ) as server:
+    """A run may call the client from more than one ``asyncio.run``; each loop gets its own connections,
+    and those of a finished loop are let go."""
+    replies = [ScriptedReply(content=str(i)) for i in range(3)]
+    with ScriptedModelServer(sequence_script(replies)) as server:
         client = client_for(server)
-        replies = [asyncio.run(client.complete(USER)).message["content"] for _ in range(2)]
-    assert replies == ["a", "b"]
+        contents = [asyncio.run(client.complete(USER)).message["content"] for _ in range(3)]
+    assert contents == ["0", "1", "2"]
+    assert len(client._sender._clients) == 1
+
+
+@pytest.mark.parametrize(
+    ("sent", "tool_calls", "expected"),
+    [("abort", (), "stop"), ("stop", (("f", {}),), "tool_calls"), ("length", (), "length")],
+)
+def test_both_routes_report_the_finish_reason_alike(sent, tool_calls, expected) -> None:
+    reasons = []
+    for route in ROUTES:
+        reply = ScriptedReply(tool_calls=tool_calls, finish_reason=sent)
+        with ScriptedModelServer(sequence_script([reply])) as server:
+            reasons.append(asyncio.run(client_for(server, route).complete(USER, tools=TOOLS)).finish_reason)
+    assert reasons == [expected, expected]
+
+
+@pytest.mark.parametrize("body", ["<html>bad gateway</html>", '{"not": "a completion"}'])
+def test_a_reply_that_is_no_completion_is_retried_on_both_routes(route: str, body: str) -> None:
+    replies = [ScriptedReply(raw_body=body), ScriptedReply(content="ok")]
+    with ScriptedModelServer(sequence_script(replies)) as server:
+        reply = asyncio.run(client_for(server, route).complete(USER))
+    assert (reply.message["content"], reply.usage.retries) == ("ok", 1)
+
+
+def test_openai_models_without_a_server_stay_on_litellm_and_its_options_are_refused_on_the_openai_route() -> (
+    None
+):
+    """OpenAI's own API stays on litellm, which adapts requests per model (o-series, Responses API)."""
+    assert isinstance(ModelClient(ModelConfig("openai/gpt-4o", api_key="sk"))._sender, _LitellmSender)
+    with pytest.raises(ConfigError, match="drop_params"):
+        ModelClient(ModelConfig("openai/x", api_base="http://127.0.0.1:9/v1", extra={"drop_params": True}))
 
 
 def test_an_openai_model_run_never_imports_litellm() -> None:

@@ -1,24 +1,24 @@
 """The one model client: retries, timeouts and token accounting over the OpenAI client or litellm.
 
-An ``openai/NAME`` model (the OpenAI API, or any OpenAI-compatible server given by ``api_base``: the
-embedded model, vLLM, the scripted server) is sent with the openai client, which is what litellm calls
-for it too; every other provider string goes through litellm. litellm costs seconds of CPU to import
-(about 6 s here, per process), so it is imported only for a model that needs it, and then offline
-(no cost-map fetch). The client does its own retrying (the clients' built-in retries are off) so the
-count is exact and every retry is visible in the episode record. Given several servers of one model
-(``api_base`` a tuple), it balances requests over them and leaves a failing one out for a while
+An ``openai/NAME`` model on an OpenAI-compatible server given by ``api_base`` (the embedded model, vLLM,
+the scripted server) is sent with the openai client, which is what litellm calls for it too; every other
+model (OpenAI's own API included, which litellm adapts per model) goes through litellm. litellm costs
+seconds of CPU to import (about 6 s here, per process), so it is imported only for a model that needs it,
+and then offline (no cost-map fetch). The client does its own retrying (the clients' built-in retries are
+off) so the count is exact and every retry is visible in the episode record. Given several servers of one
+model (``api_base`` a tuple), it balances requests over them and leaves a failing one out for a while
 (:class:`Endpoints`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import inspect
 import os
 import random
 import re
 import time
-import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -29,7 +29,13 @@ from hopgym.messages import ToolCall, tool_call
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 OPENAI_PREFIX = "openai/"
-"""Models sent with the openai client; litellm strips the same prefix before sending."""
+"""With an ``api_base``, models sent with the openai client; litellm strips the same prefix before sending.
+Without one (OpenAI's own API) litellm sends them: it adapts requests per OpenAI model (o-series
+``max_completion_tokens``, the Responses API for some)."""
+LITELLM_FIELDS = frozenset(
+    {"drop_params", "num_retries", "max_retries", "headers", "api_version", "metadata", "custom_llm_provider"}
+)
+"""Request options litellm consumes itself instead of sending; refused on the openai client route."""
 _LEADING_REASONING = re.compile(
     r"<(?:think|thinking|budget:thinking)>(.*?)</(?:think|thinking|budget:thinking)>(.*)", re.DOTALL
 )
@@ -183,34 +189,73 @@ class _LitellmSender:
 
 
 class _OpenAISender:
-    """Requests through the openai client, fields as litellm sends them for an ``openai/`` model: the
-    client's own parameters by name, any other field in the JSON body (``extra_body``). One client per
-    server and event loop (a client's connection pool belongs to the loop that opened it)."""
+    """Requests to an OpenAI-compatible server (an ``openai/`` model with an ``api_base``) through the
+    openai client, fields as litellm sends them: the client's own parameters by name, any other field in
+    the JSON body (``extra_body``), a field left None not sent; the reply read as litellm reads it
+    (reasoning, finish reason). One client per server, for the running event loop only: a client's
+    connection pool belongs to the loop that opened it, so a new loop (a later ``asyncio.run``) starts
+    afresh and the old loop's clients are let go."""
 
     def __init__(self, api_key: str | None) -> None:
         from openai.resources.chat.completions import AsyncCompletions
 
         self._api_key = api_key
         self._parameters = set(inspect.signature(AsyncCompletions.create).parameters) - {"self"}
-        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str | None, Any]]
-        self._clients = weakref.WeakKeyDictionary()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._clients: dict[str | None, Any] = {}
 
     async def send(self, request: dict[str, Any], base: str | None) -> Any:
         from openai import AsyncOpenAI
+        from openai.types.chat import ChatCompletion
 
-        clients = self._clients.setdefault(asyncio.get_running_loop(), {})
-        if base not in clients:  # made here, inside the caller's error handling: a missing key is an error
-            clients[base] = AsyncOpenAI(api_key=self._api_key, base_url=base, max_retries=0)
-        named = {key: value for key, value in request.items() if key in self._parameters}
-        body = {key: value for key, value in request.items() if key not in self._parameters}
-        body |= named.pop("extra_body", None) or {}
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:
+            self._loop, self._clients = loop, {}
+        if base not in self._clients:  # made here, inside the caller's error handling: a missing key is one
+            self._clients[base] = AsyncOpenAI(api_key=self._api_key, base_url=base, max_retries=0)
+        fields = {key: value for key, value in request.items() if value is not None}
+        named = {key: value for key, value in fields.items() if key in self._parameters}
+        body = named.pop("extra_body", None) or {}
+        body |= {key: value for key, value in fields.items() if key not in self._parameters}
         if body:
             named["extra_body"] = body
         named["model"] = request["model"].removeprefix(OPENAI_PREFIX)
-        response = await clients[base].chat.completions.create(**named)
-        for choice in response.choices or []:
+        try:
+            response = await self._clients[base].chat.completions.create(**named)
+        except ValueError as exc:  # a 200 reply whose body is not JSON
+            raise _malformed_reply()(f"the server's reply is not JSON: {exc}", base) from exc
+        if not isinstance(response, ChatCompletion) or not isinstance(response.choices, list):
+            raise _malformed_reply()(f"the server's reply is not a chat completion: {response!r:.200}", base)
+        for choice in response.choices:
             _move_reasoning_out_of_content(choice.message)
+            choice.finish_reason = _finish_reason(choice.finish_reason, bool(choice.message.tool_calls))
         return response
+
+
+@functools.cache
+def _malformed_reply() -> type[Exception]:
+    """The error for a 200 reply that is no chat completion (made once openai is imported): retried like a
+    5xx, as on the litellm route (its 500 ``APIError``)."""
+    import httpx
+    import openai
+
+    class MalformedReply(openai.APIError):
+        status_code = 502
+
+        def __init__(self, message: str, base: str | None) -> None:
+            super().__init__(message, httpx.Request("POST", f"{base or ''}/chat/completions"), body=None)
+
+    return MalformedReply
+
+
+_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+
+
+def _finish_reason(reason: str | None, has_tool_calls: bool) -> str:
+    """The finish reason as litellm reports it for an OpenAI-compatible server: none is ``stop``, ``stop``
+    beside tool calls is ``tool_calls``, and a value outside OpenAI's (vLLM's ``abort``) is ``stop``."""
+    reason = reason if reason in _FINISH_REASONS else "stop"
+    return "tool_calls" if reason == "stop" and has_tool_calls else reason
 
 
 def _move_reasoning_out_of_content(message: Any) -> None:
@@ -294,8 +339,13 @@ class ModelClient:
         import openai.resources.chat
 
         self._error_base = openai.OpenAIError
-        openai_model = config.model.startswith(OPENAI_PREFIX)
-        sender = _OpenAISender if openai_model else _LitellmSender
+        openai_server = config.model.startswith(OPENAI_PREFIX) and config.api_base is not None
+        if openai_server and LITELLM_FIELDS & set(config.extra):
+            raise ConfigError(
+                f"{sorted(LITELLM_FIELDS & set(config.extra))} are litellm's own options; an openai/ model "
+                "with an api_base is sent with the openai client (give the server's own fields instead)"
+            )
+        sender = _OpenAISender if openai_server else _LitellmSender
         self._sender: _OpenAISender | _LitellmSender = sender(config.api_key)
 
     async def complete(

@@ -35,6 +35,8 @@ class ScriptedReply:
     """Sent as given (e.g. ``"length"``: cut at the token cap); None: ``tool_calls`` or ``stop``."""
     message_fields: tuple[tuple[str, Any], ...] = ()
     """Further fields of the message as some servers send them, e.g. ``("reasoning_content", "...")``."""
+    raw_body: str | None = None
+    """Sent as the whole body with status 200 instead of a completion: a broken server or proxy."""
 
 
 Script = Callable[[dict[str, Any]], ScriptedReply]
@@ -121,10 +123,13 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             self._send(reply.status, {"error": {"message": f"scripted {reply.status}", "type": "server"}})
             return
+        if reply.raw_body is not None:
+            self._send(200, reply.raw_body.encode())
+            return
         self._send(200, self.server.completion(body, reply))
 
-    def _send(self, status: int, payload: dict[str, Any]) -> None:
-        data = json.dumps(payload).encode()
+    def _send(self, status: int, payload: dict[str, Any] | bytes) -> None:
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
         try:
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
