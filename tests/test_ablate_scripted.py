@@ -158,7 +158,8 @@ def test_scenarios_ablation_puts_the_three_scenarios_side_by_side(ablation_runs:
 def test_an_ablation_takes_evals_task_choice_and_samples_and_pairs_samples_for_table5(tmp_path: Path) -> None:
     """``--task``, ``--samples`` and ``--model-seed`` reach every arm, and Table 5 pairs each sample with its
     like: under minimal feedback the scripted model is right on even seeds only (sample 0), so a pairing by
-    task alone would give 0 % or 100 % without feedback, not 50 %."""
+    task alone would give 0 % or 100 % without feedback, not 50 % (one episode at a time, so which sample
+    such a pairing would keep does not depend on timing)."""
 
     def policy(request: dict[str, Any]) -> ScriptedReply:
         tool_messages = [m for m in request["messages"] if m["role"] == "tool"]
@@ -173,7 +174,7 @@ def test_an_ablation_takes_evals_task_choice_and_samples_and_pairs_samples_for_t
         code = main([
             "ablate", "feedback", "--model", server.model, "--api-base", server.api_base, "--api-key", "sk",
             "--task", chosen[0], "--task", chosen[1], "--samples", "2", "--model-seed", "10",
-            "--concurrency", "2", "--out", str(out), "--no-progress", "--env-arg", "protocol=hopgym",
+            "--concurrency", "1", "--out", str(out), "--no-progress", "--env-arg", "protocol=hopgym",
         ])  # fmt: skip
     assert code == 0
     for arm in ("detailed", "minimal"):
@@ -190,3 +191,20 @@ def test_an_ablation_refuses_the_setting_it_varies(
         code = main(["ablate", name, "--model", "openai/x", flag, value, "--out", str(tmp_path)])
         assert code == 2 and f"varies {flag}" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_an_ablation_whose_every_episode_failed_exits_1_after_writing_its_tables(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """As ``hopgym eval`` does for one run: no episode reached the model, so the exit status is 1 and the
+    cause is on the last lines, one per arm; the tables are written all the same."""
+    code = main([
+        "ablate", "feedback", "--model", "openai/none", "--api-base", "http://127.0.0.1:9/v1",
+        "--api-key", "sk", "--limit", "1", "--max-retries", "0", "--out", str(tmp_path / "down"),
+        "--no-progress",
+    ])  # fmt: skip
+    assert code == 1
+    lines = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert [line.split(":")[1].strip() for line in lines] == ["detailed", "minimal"]
+    assert all("no episode reached the model" in line for line in lines)
+    assert (tmp_path / "down" / "ablation.md").is_file()

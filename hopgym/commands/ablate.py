@@ -7,6 +7,7 @@ except the setting it varies. Arms go to ``OUT/<arm>``; the tables to ``OUT/abla
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 from hopgym.commands import eval as eval_command
@@ -52,6 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.ablation import ABLATIONS, ablation_markdown, run_ablation
+    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.runner import run_verdict
     from hopgym.agents.evaluation.tracking import Tracker, log_run
 
     name = args.ablation
@@ -64,12 +67,17 @@ def run(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
     with eval_command.model_endpoint(args) as endpoint:
         summaries = run_ablation(name, eval_command.eval_config(args, endpoint, out, args.agent or "fc"))
-    for arm in ABLATIONS[name].arms:
-        for line in log_run(out / arm, trackers):
-            print(line)
     markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))
     (out / "ablation.md").write_text(markdown)
     print(markdown)
     print(f"arms: {', '.join(str(out / arm) for arm in summaries)}")
     print(f"plots: hopgym report {' '.join(str(out / arm) for arm in summaries)} --out {out / 'report'}")
-    return 0
+    status = 0
+    for arm in summaries:  # each arm ends as its eval run would: the worst arm sets the exit status
+        for line in log_run(out / arm, trackers):
+            print(line)
+        arm_status, verdict = run_verdict(read_episodes(out / arm / EPISODES_FILE))
+        if verdict is not None:
+            print(f"hopgym: {arm}: {'error: ' if arm_status else ''}{verdict}", file=sys.stderr)
+        status = max(status, arm_status)
+    return status
