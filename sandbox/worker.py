@@ -356,13 +356,15 @@ def serve_template(config: dict) -> int:
     control.send(_dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
     workers: dict[int, tuple[int, int]] = {}
     """Each live worker's pidfd: its pid and the write end of its exit-status pipe."""
+    waiting = select.poll()  # not select(): descriptors may pass 1024 with hundreds of live workers
+    waiting.register(control.fileno(), select.POLLIN)
     while True:
-        ready = select.select([control.fileno(), *workers], [], [])[0]
-        for pidfd in ready:
-            if pidfd in workers:
-                pid, status = workers.pop(pidfd)
-                _report_exit(pid, status, config["rlimits"].get("cpu_seconds"))
-                os.close(pidfd)
+        ready = {fd for fd, _ in waiting.poll()}
+        for pidfd in ready & workers.keys():
+            waiting.unregister(pidfd)
+            pid, status = workers.pop(pidfd)
+            _report_exit(pid, status, config["rlimits"].get("cpu_seconds"))
+            os.close(pidfd)
         if control.fileno() not in ready:
             continue
         message, fds, _, _ = socket.recv_fds(control, 64, _EPISODE_FDS)
@@ -372,7 +374,9 @@ def serve_template(config: dict) -> int:
             if message != b"fork" or len(fds) != _EPISODE_FDS:
                 raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
             pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_source)
-            workers[os.pidfd_open(pid)] = (pid, os.dup(fds[3]))
+            pidfd = os.pidfd_open(pid)
+            workers[pidfd] = (pid, os.dup(fds[3]))
+            waiting.register(pidfd, select.POLLIN)
             reply = {"type": "forked", "pid": pid}
         except Exception as exc:
             reply = {"type": "fatal", "error": describe_error(exc)}
@@ -448,10 +452,12 @@ def _warm_up(policy, config: dict, warm_source) -> None:
 
 def _become_episode(libc, fds: list, config: dict) -> None:
     """In the fork: take the episode's stdin, stdout and stderr as fds 0-2 and nothing else (its exit
-    status is the template's to write), die with the template, get a private mount and IPC namespace with a
-    fresh /tmp, /proc and /dev/pts. The worker stays PID 1 of its namespace: it cannot fork (seccomp), so
-    it has no children to reap, and what the kernel does not deliver to an init (a default-action SIGXCPU)
-    is covered in :func:`apply_rlimits`."""
+    status is the template's to write), die with the template (until the uid drop clears that; the
+    template's own sandbox and the host's kill of each worker still end it), get a private mount and IPC
+    namespace with a fresh /tmp, /proc and /dev/pts. The worker stays PID 1 of its namespace: it cannot
+    fork (seccomp), so it has no children to reap, and what the kernel does not deliver to an init (a
+    default-action SIGXCPU) is covered in :func:`apply_rlimits`; other default-action signals it raises
+    itself without kill() (alarm(), interval timers) are ignored too, where a spawned worker would die."""
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
