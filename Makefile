@@ -38,6 +38,7 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@log=$$(mktemp); $(VENV)/bin/mypy -p hopgym > $$log 2>&1 & typecheck=$$!; \
+	trap 'kill $$typecheck 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
 	$(PY) -m pytest -q -n 2 --dist loadgroup; tests=$$?; \
 	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
 	exit $$(( tests || types ))
