@@ -312,8 +312,11 @@ def prepare_seccomp():
 
 # -------------------------------------------------------------------------------------------- fork-server
 
-_CPU_SAMPLED = 0.9
-"""The part of its CPU limit a worker killed at that limit is reported to have used, at least."""
+_CPU_SAMPLED = 0.5
+"""The part of its CPU limit a worker killed at that limit is reported to have used, at least: the kernel
+checks the limit against tick-charged time, the reaped usage is the exact run time, and the two part under
+contention (0.96 s of 1 s seen on an idle machine); half leaves a wide margin, and the status is
+``resource_limit`` either way."""
 _EPISODE_FDS = 4
 """What the host sends with each fork request: the episode's stdin, stdout, stderr and exit-status pipes."""
 _PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
@@ -397,7 +400,7 @@ def _report_exit(pid: int, status_fd: int, cpu_seconds: int | None) -> None:
 def _exit_code(status: int, usage, cpu_seconds: int | None) -> int:
     """The worker's exit code, negative for the signal that killed it; the kernel's SIGKILL at the CPU
     limit (see :func:`apply_rlimits`) as SIGXCPU, told from another SIGKILL (the host's, the OOM killer's)
-    by the CPU time used, which the kernel reports sampled: a little under the limit (0.96 s of 1 s)."""
+    by the CPU time used (see ``_CPU_SAMPLED``)."""
     if not os.WIFSIGNALED(status):
         return os.WEXITSTATUS(status)
     killed_by = os.WTERMSIG(status)
