@@ -14,6 +14,10 @@ Figures, all through the process sandbox with default options (``spares=1``):
   possible), and ``reset_back_to_back`` with no pause, where a worker's start bounds the rate.
 - ``env_step``: ``ToolHopEnv.step`` with one valid call after warm-up (``bench_env.warm_step_latencies``,
   the figure ``bench_env.py`` reports as ``env_step_median_ms``): the env's own work plus a warm call.
+- ``cpu_per_episode``: CPU of every process the env starts per warm reset (``bench_episode_start.CpuMeter``:
+  a cpuacct group, root and cgroup v1), one sample per process.
+- ``full_pass``: ``bench_env.full_pass`` (reset + one call per offered tool, every task) in ms, one sample
+  per process.
 
 Each checkout needs its own ``.venv`` with the checkout installed (``pip install -e``): the child process
 runs ``CHECKOUT/.venv/bin/python`` and prints which ``hopgym`` it imported.
@@ -36,13 +40,22 @@ from typing import Any
 from _timing import TOOL, report, warm_call_latencies
 
 HERE = Path(__file__).resolve().parent
-FIGURES = ("warm_call", "sandbox_load", "reset", "reset_back_to_back", "env_step")
+FIGURES = (
+    "warm_call",
+    "sandbox_load",
+    "reset",
+    "reset_back_to_back",
+    "env_step",
+    "cpu_per_episode",
+    "full_pass",
+)
 
 
 def child(calls: int, resets: int) -> dict[str, Any]:
     """Every figure's samples in ms, measured in this process with whatever ``hopgym`` it imports."""
 
-    from bench_env import warm_step_latencies
+    from bench_env import full_pass, warm_step_latencies
+    from bench_episode_start import CpuMeter
 
     import hopgym
     from hopgym.envs.toolhop import ToolHopEnv
@@ -58,19 +71,25 @@ def child(calls: int, resets: int) -> dict[str, Any]:
             started = time.perf_counter()
             sandbox.load([TOOL])
             samples["sandbox_load"].append((time.perf_counter() - started) * 1000)
+    meter = CpuMeter()  # before the env: its sandbox's processes start inside the meter's group
     env = ToolHopEnv(max_turns=10**9, sandbox_options={"spares": 1})
     try:
         for name, warm in (("reset", True), ("reset_back_to_back", False)):
             samples[name] = []
+            cpu_started = meter.seconds()
             for index in range(resets):
                 if warm:
                     env.sandbox.wait_until_warm()
                 started = time.perf_counter()
                 env.reset(options={"index": index % len(env.tasks)})
                 samples[name].append((time.perf_counter() - started) * 1000)
+            if warm:
+                samples["cpu_per_episode"] = [(meter.seconds() - cpu_started) * 1000 / resets]
         samples["env_step"] = warm_step_latencies(env, calls)[1]
+        samples["full_pass"] = [full_pass(env)["seconds"] * 1000]
     finally:
         env.close()
+        meter.close()
     return samples
 
 
