@@ -1,4 +1,4 @@
-"""Table 5 arithmetic (envs/feedback_flips.py) pinned on hand-made episode records."""
+"""Table 5 arithmetic (agents/evaluation/feedback_flips.py) pinned on hand-made episode records."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.envs.feedback_flips import feedback_flips, has_erroneous_call
+from hopgym.agents.evaluation.feedback_flips import feedback_flips, has_erroneous_call
 from hopgym.errors import ConfigError
 
 

@@ -99,3 +99,8 @@ class EpisodeWriter:
 
     def close(self) -> None:
         self._handle.close()
+
+
+def episode_key(record: Mapping[str, Any]) -> tuple[str, int]:
+    """What identifies an episode in a run: its task and its sample (records from before samples: 0)."""
+    return str(record["task_id"]), int(record.get("sample") or 0)

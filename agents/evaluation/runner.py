@@ -40,6 +40,7 @@ from hopgym.agents.evaluation.records import (
     EpisodeRecord,
     EpisodeWriter,
     check_resumable,
+    episode_key,
     read_episodes,
 )
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
@@ -131,11 +132,6 @@ def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
     if sample == 0 or not isinstance(seed, int):
         return model
     return replace(model, extra={**model.extra, "seed": seed + sample})
-
-
-def episode_key(record: Mapping[str, Any]) -> tuple[str, int]:
-    """What identifies an episode in a run: its task and its sample (records from before samples: 0)."""
-    return str(record["task_id"]), int(record.get("sample") or 0)
 
 
 class EnvPool:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
-from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD, episode_key
+from hopgym.agents.evaluation.records import EPISODES_FILE, episode_key, read_episodes
+from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hopgym.agents.evaluation.feedback_flips import feedback_flips
 from hopgym.agents.evaluation.provenance import comparison_warnings, incomplete_note
 from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
 from hopgym.agents.evaluation.runner import RUN_FILE
@@ -22,7 +23,6 @@ from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.env_options import env_creator
-from hopgym.envs.feedback_flips import feedback_flips
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
 

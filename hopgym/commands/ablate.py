@@ -24,7 +24,7 @@ def _eval_parser() -> argparse.ArgumentParser:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from hopgym.agents.evaluation.ablation import ABLATIONS
-    from hopgym.envs.feedback_flips import ERROR_SETS
+    from hopgym.agents.evaluation.feedback_flips import ERROR_SETS
 
     parser = subparsers.add_parser("ablate", help="the paper's feedback, framework and scenario ablations")
     ablations = parser.add_subparsers(dest="ablation", required=True, metavar="ABLATION")

@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hopgym.envs.feedback_flips import ERROR_SETS
+from hopgym.agents.evaluation.feedback_flips import ERROR_SETS
 from hopgym.errors import DataError
 
 

@@ -14,6 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from hopgym.agents.evaluation.records import episode_key
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError
 
@@ -65,11 +66,11 @@ def feedback_flips(
     detailed: Iterable[Mapping[str, Any]], minimal: Iterable[Mapping[str, Any]], error_set: str = "invocation"
 ) -> FeedbackFlips:
     """Pair the two runs' episodes and count the correctness flips (see the module docstring)."""
-    minimal_by_key = {_pair_key(record): record for record in minimal}
+    minimal_by_key = {episode_key(record): record for record in minimal}
     pairs = []
     unpaired = 0
     for record in detailed:
-        other = minimal_by_key.get(_pair_key(record))
+        other = minimal_by_key.get(episode_key(record))
         if other is None or record.get("error") is not None or other.get("error") is not None:
             unpaired += 1
             continue
@@ -83,8 +84,3 @@ def feedback_flips(
         incorrect_to_correct=sum(without and not with_ for with_, without in pairs),
         unpaired=unpaired,
     )
-
-
-def _pair_key(record: Mapping[str, Any]) -> tuple[str, int]:
-    """An episode's task and sample: with ``--samples K`` each sample of a task is paired with its like."""
-    return str(record["task_id"]), int(record.get("sample") or 0)
