@@ -66,7 +66,8 @@ def test_a_timeout_is_retried(route: str) -> None:
 
 def test_exhausted_retries_raise_model_error_after_exactly_that_many_requests(route: str) -> None:
     with ScriptedModelServer(lambda _request: ScriptedReply(status=500)) as server:
-        with pytest.raises(ModelError, match="gave up after 3 attempts"):
+        gave_up = rf"^openai/scripted at {server.api_base}: gave up after 3 attempts"
+        with pytest.raises(ModelError, match=gave_up):
             asyncio.run(client_for(server, route, max_retries=2).complete(USER))
         # The OpenAI client's own retries are off: the count is exactly ours.
         assert len(server.requests) == 3

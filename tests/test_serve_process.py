@@ -119,9 +119,8 @@ def test_a_server_that_dies_mid_run_ends_the_request_with_the_crash_not_retries(
         messages = [{"role": "user", "content": "Hi"}]
         assert asyncio.run(client.complete(messages)).message["content"] == "hi"
         os.kill(server.pid, signal.SIGKILL)
-        with pytest.raises(
-            ModelError, match=r"(?s)^openai/m: the model server crashed: fake-llama killed by signal SIGKILL"
-        ):
+        crashed = r"(?s)^openai/m at http://127\.0\.0\.1:\d+/v1: the model server crashed: "
+        with pytest.raises(ModelError, match=crashed + "fake-llama killed by signal SIGKILL"):
             asyncio.run(client.complete(messages))
     assert "fake-llama killed by signal SIGKILL" in caplog.text
 

@@ -369,16 +369,16 @@ class ModelClient:
             except self._error_base as exc:  # the base of every error either client raises
                 retryable = is_retryable(exc)
                 self.endpoints.release(endpoint, failed=retryable)
+                where = f"{self.config.model}" + (f" at {base}" if base else "")
                 if not retryable:
-                    raise ModelError(f"{self.config.model}: {type(exc).__name__}: {exc}") from exc
+                    raise ModelError(f"{where}: {type(exc).__name__}: {exc}") from exc
                 crash = self.config.server_failure() if self.config.server_failure else None
                 if crash:
-                    raise ModelError(f"{self.config.model}: the model server crashed: {crash}") from exc
+                    raise ModelError(f"{where}: the model server crashed: {crash}") from exc
                 if attempt == self.config.max_retries:
-                    raise ModelError(
-                        f"{self.config.model}: gave up after {attempt + 1} attempts: "
-                        f"{type(exc).__name__}: {exc}"
-                    ) from exc
+                    attempts = f"{attempt + 1} attempt{'s' if attempt else ''}"
+                    detail = f"{type(exc).__name__}: {exc}"
+                    raise ModelError(f"{where}: gave up after {attempts}: {detail}") from exc
                 usage.retries += 1
                 if not self.endpoints.any_available():  # another server can take the retry at once
                     await asyncio.sleep(self._backoff(attempt))
