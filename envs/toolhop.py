@@ -113,7 +113,10 @@ class ToolHopEnv(ChatToolEnv):
     def _load_tools(self, task: Task) -> LoadResult:
         """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
         assert self.sandbox is not None
-        loaded = self.sandbox.load(task.tool_sources, task.tool_code or None)
+        # The task's call validator is built while the worker loads (its first episode of the task).
+        loaded = self.sandbox.load(
+            task.tool_sources, task.tool_code or None, meanwhile=lambda: self._validator_for(task.tools)
+        )
         if self._official:
             assert self._call_timeout is not None
             self._executor = OfficialExecutor(

@@ -64,12 +64,20 @@ class Sandbox(ABC):
         """The isolation in force, e.g. ``"bwrap+seccomp+rlimits"``; never silently weaker than asked."""
 
     @abstractmethod
-    def load(self, sources: Sequence[str], compiled: Sequence[bytes | None] | None = None) -> LoadResult:
+    def load(
+        self,
+        sources: Sequence[str],
+        compiled: Sequence[bytes | None] | None = None,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> LoadResult:
         """Start an episode: a fresh namespace (fresh worker) holding the given module sources.
 
         ``compiled``: for each source, the host's own compilation of it (``tasks.tool_source.
         compile_tool_code``: the magic number, then marshal data) or None; a backend may run it instead of
-        compiling the text. Only code this host compiled from the very source belongs here."""
+        compiling the text. Only code this host compiled from the very source belongs here.
+        ``meanwhile``: the caller's own episode set-up, run once while the worker loads (so the two overlap);
+        if it raises, the exception propagates and the sandbox is as before any load (a fresh worker,
+        nothing loaded)."""
 
     @abstractmethod
     def call(

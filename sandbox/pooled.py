@@ -7,10 +7,11 @@ goes on. The failed call comes back as a :class:`CallResult` (never an exception
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import time
 from binascii import b2a_base64
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeGuard
 
 from hopgym.errors import (
@@ -76,7 +77,12 @@ class PooledSandbox(Sandbox):
         """The current worker's ready message (uid, seccomp, rlimits ...), for checks and reports."""
         return dict(self._current().info)
 
-    def load(self, sources: Sequence[str], compiled: Sequence[bytes | None] | None = None) -> LoadResult:
+    def load(
+        self,
+        sources: Sequence[str],
+        compiled: Sequence[bytes | None] | None = None,
+        meanwhile: Callable[[], object] | None = None,
+    ) -> LoadResult:
         if compiled is not None and len(compiled) != len(sources):
             raise SandboxError(f"{len(compiled)} compiled codes were given for {len(sources)} sources")
         self._drop_code_worker()
@@ -90,7 +96,7 @@ class PooledSandbox(Sandbox):
             self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
             self._loaded = True
             try:
-                return self._load_sources()
+                return self._load_sources(meanwhile)
             finally:
                 if previous is not None:
                     previous.kill()
@@ -202,7 +208,7 @@ class PooledSandbox(Sandbox):
             self._code_worker.kill()
             self._code_worker = None
 
-    def _load_sources(self) -> LoadResult:
+    def _load_sources(self, meanwhile: Callable[[], object] | None = None) -> LoadResult:
         worker = self._current()
         timeout = self._limits.load_timeout
         deadline = time.monotonic() + timeout
@@ -210,6 +216,12 @@ class PooledSandbox(Sandbox):
         try:
             request = {"op": "load", "sources": _worker_sources(worker, self._sources, self._compiled)}
             request_id = worker.connection.request(request, deadline)
+            if meanwhile is not None:
+                try:
+                    meanwhile()
+                except BaseException:
+                    self._abandon_load()
+                    raise
             loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
             return loaded
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
@@ -217,6 +229,13 @@ class PooledSandbox(Sandbox):
         self._sources, self._compiled = [], []
         self._replace_worker()
         return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
+
+    def _abandon_load(self) -> None:
+        """No episode after all: a fresh worker with nothing loaded takes the place of the one loading (if
+        none can start, the killed one stays current, as in ``_replace_worker``)."""
+        self._sources, self._compiled, self._loaded = [], [], False
+        with contextlib.suppress(SandboxError):
+            self._replace_worker()
 
     def _call(
         self, name: str, arguments: dict[str, Any], limit: float, as_json_text: bool = False

@@ -327,7 +327,30 @@ in ``sys.modules``, not milliseconds of reading files. Each fork gets its own co
 so what one episode changes in a module the next never sees. Never a module that draws random state when
 imported (``random``, ``secrets``, ``tempfile``, ``uuid``): every worker forked from the template would
 share that state."""
-_WARM_SOURCE = "def warm(x, y=1):\n    print(x)\n    return [x, {'y': y}]\n"
+_WARM_TOOL = '''
+def NAME(name: str, kind: str = "birth", years: list = None, detail: dict = None):
+    """Shaped like a benchmark's tool (a docstring, argument checks, constants, a look-up), so that the
+    warm-up's load touches what an episode's load will: the allocator's pages, the interned strings.
+
+    :param name: a name to look up.
+    :param kind: one of the kinds below.
+    :return: a record, or an error message.
+    """
+    if not name:
+        return {"error": 'The parameter "name" is required.'}
+    kinds = ["birth", "death", "major_contribution", "award", "publication", "political_event"]
+    if kind not in kinds:
+        return {"error": f"Invalid kind. Must be one of {kinds}."}
+    if years and (len(years) != 2 or not all(isinstance(year, int) for year in years)):
+        return {"error": "years must be a list of two integers."}
+    if detail and ("start" not in detail or "end" not in detail):
+        return {"error": 'detail must include "start" and "end".'}
+    table = {"NAME": 1974, "other": 2.5, "list": [1, 2, 3]}
+    print(name)
+    return {"name": name.lower(), "value": table.get(name.lower()), "kind": kind}
+'''
+_WARM_SOURCES = tuple(_WARM_TOOL.replace("NAME", f"warm_{index}") for index in range(4))
+"""The warm-up's tools: about the size of a ToolHop task's (four tools, 9 KB compiled)."""
 
 
 def serve_template(config: dict) -> int:
@@ -346,7 +369,7 @@ def serve_template(config: dict) -> int:
     load_seccomp = prepare_seccomp() if config.get("seccomp") else None
     for name in TEMPLATE_MODULES:
         __import__(name)
-    warm_source = _warm_source(policy)
+    warm_request = _warm_request(policy)
     own_pid_namespace = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
     control = socket.socket(fileno=os.dup(0))
     devnull = os.open(os.devnull, os.O_RDWR)
@@ -376,7 +399,7 @@ def serve_template(config: dict) -> int:
         try:
             if message != b"fork" or len(fds) != _EPISODE_FDS:
                 raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
-            pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_source)
+            pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_request)
             pidfd = os.pidfd_open(pid)
             workers[pidfd] = (pid, os.dup(fds[3]))
             waiting.register(pidfd, select.POLLIN)
@@ -411,7 +434,7 @@ def _exit_code(status: int, usage, cpu_seconds: int | None) -> int:
 
 
 def _fork_episode(
-    libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp, warm_source
+    libc, own_pid_namespace: int, fds: list, config: dict, policy, load_seccomp, warm_request: str
 ) -> int:
     """Fork the worker as the first process (the init) of a new PID namespace; its pid in the template's
     namespace is returned. It builds its own mounts and IPC namespace, then hardens itself and serves."""
@@ -424,7 +447,7 @@ def _fork_episode(
     if child == 0:
         try:
             _become_episode(libc, fds, config)
-            _warm_up(policy, config, warm_source)
+            _warm_up(policy, config, warm_request)
             serve_episode(Channel(), config, policy, load_seccomp, namespace_init=True)
         except BaseException as exc:
             os.write(2, f"{describe_error(exc)}\n".encode(errors="replace"))
@@ -435,22 +458,32 @@ def _fork_episode(
     return child
 
 
-def _warm_source(policy):
-    """The warm-up's source in the form the host sends an episode's sources to this policy: as code the
+def _warm_request(policy) -> str:
+    """The warm-up's load request as the host would send it to this policy: its sources as code the
     template compiled (see :meth:`PlainPolicy.load_code`), or as text the worker compiles."""
-    if not hasattr(policy, "load_code"):
-        return _WARM_SOURCE
-    data = MAGIC_NUMBER + marshal.dumps(compile(_WARM_SOURCE, "<tool source 0>", "exec"))
-    return {"code": b2a_base64(data, newline=False).decode("ascii")}
+    sources: list = list(_WARM_SOURCES)
+    if hasattr(policy, "load_code"):
+        sources = [
+            {
+                "code": b2a_base64(
+                    MAGIC_NUMBER + marshal.dumps(compile(source, f"<tool source {index}>", "exec")),
+                    newline=False,
+                ).decode("ascii")
+            }
+            for index, source in enumerate(sources)
+        ]
+    return _dumps({"op": "load", "sources": sources})
 
 
-def _warm_up(policy, config: dict, warm_source) -> None:
-    """Serve a tiny load and call of trusted code to a discarding channel, in a throwaway namespace,
-    before saying ``ready``: the pages those paths write to (reference counts, caches) are copied from
-    the template now, while this worker is a spare, not during the episode's first request."""
+def _warm_up(policy, config: dict, warm_request: str) -> None:
+    """Serve a load and a call of trusted code, shaped like an episode's, to a discarding channel, in a
+    throwaway namespace, before saying ``ready``: the pages those paths write to (reference counts,
+    caches, the allocator's free blocks) are copied from the template now, while this worker is a spare,
+    not during the episode's first request (on this kind of machine, a fresh fork's first load of a task
+    took several times longer than the same load warm)."""
     worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
-    worker.load({"sources": [warm_source]})
-    worker.call({"name": "warm", "arguments": {"x": "warm"}})
+    worker.load(_loads(warm_request))
+    worker.call({"name": "warm_0", "arguments": {"name": "warm", "years": [1, 2]}})
 
 
 def _become_episode(libc, fds: list, config: dict) -> None:

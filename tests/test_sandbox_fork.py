@@ -4,6 +4,7 @@ the template stays out of the workers' reach."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -164,6 +165,52 @@ def test_each_worker_has_its_own_cgroup_and_is_gone_after_the_episode(sandbox: P
     assert mine, f"the forked worker is not in a worker cgroup: {groups}"
     _probe(sandbox)  # a new episode: the previous worker is killed (SIGKILL sent, its exit is the kernel's)
     assert _wait_gone(host_pid, patience=10.0), "the previous episode's worker still runs"
+
+
+def test_a_killed_worker_exits_at_idle_priority_and_the_host_keeps_its_own(
+    sandbox: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SIGKILL of the previous episode's worker goes out once it is at idle priority (so its exit
+    does not preempt the host's reset); nothing else changes priority."""
+    _probe(sandbox)
+    previous = sandbox._current().connection.pause_pid
+    send = signal.pidfd_send_signal
+    seen = []
+
+    def record(pidfd: int, number: int, *args: object) -> None:
+        seen.append((number, os.sched_getscheduler(previous)))
+        send(pidfd, number, *args)
+
+    monkeypatch.setattr(signal, "pidfd_send_signal", record)
+    _probe(sandbox)
+    assert seen == [(signal.SIGKILL, os.SCHED_IDLE)]
+    current = sandbox._current().connection.pause_pid
+    assert os.sched_getscheduler(current) == os.sched_getscheduler(0) == os.SCHED_OTHER
+    assert _wait_gone(previous, patience=10.0)
+
+
+def test_a_killed_worker_still_exiting_later_goes_back_to_normal_priority(
+    sandbox: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker not gone once the next episode is under way finishes at normal priority, so that a busy
+    host cannot hold back its exit (here its SIGKILL is lost; the reaper's cgroup kill still ends it)."""
+    _probe(sandbox)
+    lingering = sandbox._current().connection.pause_pid
+    pidfd = os.pidfd_open(lingering)
+    send = signal.pidfd_send_signal
+    monkeypatch.setattr(signal, "pidfd_send_signal", lambda *args: None)
+    try:
+        _probe(sandbox)
+        give_up = time.monotonic() + 10.0
+        while os.sched_getscheduler(lingering) == os.SCHED_IDLE and time.monotonic() < give_up:
+            time.sleep(0.005)
+        assert os.sched_getscheduler(lingering) == os.SCHED_OTHER
+    finally:
+        monkeypatch.undo()
+        with contextlib.suppress(ProcessLookupError):
+            send(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+    assert _wait_gone(lingering, patience=10.0)
 
 
 def test_a_worker_that_dies_leaves_the_template_serving(sandbox: ProcessSandbox) -> None:

@@ -174,6 +174,26 @@ def test_a_raising_hook_propagates_and_leaves_the_sandbox_usable(sandbox: Sandbo
     assert sandbox.call("add", {"a": 1}).value == 2
 
 
+def test_set_up_given_to_load_runs_once_and_its_failure_leaves_the_sandbox_usable(sandbox: Sandbox) -> None:
+    """``meanwhile`` is the caller's own set-up, run while the worker loads; if it raises, the exception
+    reaches the caller, no episode is loaded (the half-loaded worker is gone) and the next load starts a
+    good episode."""
+    runs = []
+    loaded = sandbox.load([TOOLS], meanwhile=lambda: runs.append("set up"))
+    assert runs == ["set up"] and "add" in loaded.functions
+    assert sandbox.call("add", {"a": 1}).value == 2
+
+    def broken_set_up() -> None:
+        raise KeyError("host bug")
+
+    with pytest.raises(KeyError, match="host bug"):
+        sandbox.load([TOOLS], meanwhile=broken_set_up)
+    with pytest.raises(SandboxError, match="no episode is loaded"):
+        sandbox.call("add", {"a": 1})
+    assert sandbox.load([TOOLS]).errors == ()
+    assert sandbox.call("add", {"a": 1}).value == 2
+
+
 def test_call_before_load_is_a_usage_error() -> None:
     require_level("bwrap")
     with make_sandbox("process", spares=0) as box, pytest.raises(SandboxError, match="load"):
