@@ -3,7 +3,7 @@
 The machine is shared, so figures from separate runs differ by tens of percent; this runs the same
 measuring code (this file) against each checkout's own installation, alternating old/new in fresh
 subprocesses (ABBA ... order, so a slow drift of the machine's load falls on both), and reports per side
-the median over every sample of every round, and the median of the per-round ratios new/old.
+the median and p90 over every sample of every round, and the median of the per-round ratios new/old.
 
 Figures, all through the process sandbox with default options (``spares=1``):
 
@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _timing import TOOL, report, warm_call_latencies
+from _timing import TOOL, percentile, report, warm_call_latencies
 
 HERE = Path(__file__).resolve().parent
 FIGURES = (
@@ -117,6 +117,8 @@ def summary(rounds: list[dict[str, dict[str, Any]]]) -> dict[str, Any]:
         result[figure] = {
             "old_median_ms": statistics.median(pooled["old"]),
             "new_median_ms": statistics.median(pooled["new"]),
+            "old_p90_ms": percentile(pooled["old"], 0.9),
+            "new_p90_ms": percentile(pooled["new"], 0.9),
             "ratio_of_medians": statistics.median(pooled["new"]) / statistics.median(pooled["old"]),
             "median_round_ratio": statistics.median(ratios),
             "round_ratio_range": [min(ratios), max(ratios)],

@@ -43,8 +43,8 @@ def error_text(name: Any, message: str) -> str:
 def official_source_name(source: str) -> str | None:
     """The name the official code reads from a function's source (``source.split('def')[1]...``);
     None when the source has no ``def``, where the official lookup raises IndexError."""
-    pieces = source.split("def")
-    return pieces[1].split("(")[0].strip() if len(pieces) > 1 else None
+    pieces = source.split("def", 2)  # the same pieces[1] as split("def"), without splitting the rest
+    return pieces[1].split("(", 1)[0].strip() if len(pieces) > 1 else None
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ goes on. The failed call comes back as a :class:`CallResult` (never an exception
 from __future__ import annotations
 
 import contextlib
+import functools
 import signal
 import time
 from binascii import b2a_base64
@@ -310,11 +311,16 @@ def _worker_sources(worker: WorkerHandle, sources: list[str], compiled: list[byt
     if not isinstance(magic, str) or not magic:
         return sources
     return [
-        {"code": b2a_base64(code, newline=False).decode("ascii")}
-        if code is not None and code[: len(magic) // 2].hex() == magic
-        else source
+        {"code": _code_text(code)} if code is not None and code[: len(magic) // 2].hex() == magic else source
         for source, code in zip(sources, compiled, strict=True)
     ]
+
+
+@functools.lru_cache(maxsize=4096)
+def _code_text(code: bytes) -> str:
+    """Compiled code as a load request carries it (base64); kept, as every episode of a task sends the same
+    code again (a bytes object keeps its hash, so a repeat costs a look-up). 4,096: the full ToolHop set."""
+    return b2a_base64(code, newline=False).decode("ascii")
 
 
 def _loaded(reply: dict[str, Any]) -> tuple[LoadResult, dict[str, list[str]]]:
