@@ -51,11 +51,20 @@ class CpuMeter:
         usage = [resource.getrusage(who) for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
         return sum(item.ru_utime + item.ru_stime for item in usage)
 
-    def close(self) -> None:
-        if self.group is not None:
-            parent = self.group.parent / "cgroup.procs"
-            parent.write_text(str(os.getpid()))
-            self.group.rmdir()
+    def close(self, patience: float = 5.0) -> None:
+        """Leave the group and remove it once the env's last processes (exiting after its close) are gone."""
+        if self.group is None:
+            return
+        (self.group.parent / "cgroup.procs").write_text(str(os.getpid()))
+        give_up = time.monotonic() + patience
+        while True:
+            try:
+                self.group.rmdir()
+                return
+            except OSError:  # EBUSY: a killed worker still exiting, or not yet reaped
+                if time.monotonic() > give_up:
+                    raise
+                time.sleep(0.01)
 
 
 def resets(env: ToolHopEnv, count: int, meter: CpuMeter, episode_seconds: float) -> dict[str, Any]:

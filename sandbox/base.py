@@ -75,9 +75,10 @@ class Sandbox(ABC):
         ``compiled``: for each source, the host's own compilation of it (``tasks.tool_source.
         compile_tool_code``: the magic number, then marshal data) or None; a backend may run it instead of
         compiling the text. Only code this host compiled from the very source belongs here.
-        ``meanwhile``: the caller's own episode set-up, run once while the worker loads (so the two overlap);
-        if it raises, the exception propagates and the sandbox is as before any load (a fresh worker,
-        nothing loaded)."""
+        ``meanwhile``: the caller's own episode set-up, run while the worker loads (so the two overlap; not
+        at all when the request cannot be sent, which the result's errors then say). It must not use this
+        sandbox (``SandboxError``). If it raises, the exception propagates and no episode is loaded: calls
+        raise ``SandboxError`` until the next ``load``, which takes a fresh worker."""
 
     @abstractmethod
     def call(

@@ -40,7 +40,8 @@ from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
 
 _CONTROL_MESSAGE_BYTES = 4096
 _IDLE_EXIT_SECONDS = 0.02
-"""How long a killed worker exits at idle priority (see ``_ForkedWorker.kill``): the next episode's load."""
+"""At most how long a killed worker exits at idle priority (see ``_ForkedWorker.kill``), counted from when
+the reaper turns to it: about the next episode's start."""
 _CHILD_LOOKUP_SECONDS = 1.0
 """How long a forked child may stay missing from its parent's list of children before it counts as gone."""
 
@@ -214,6 +215,8 @@ class _ForkedWorker:
         self._status = pipes[3][0]
         self._exit_code: int | None = None
         self._killed = False
+        self._scheduling: tuple[int, os.sched_param] | None = None
+        """The worker's scheduling policy and parameters before its kill set it to idle."""
         self.connection = PausingConnection(
             os.fdopen(pipes[1][0], "rb", buffering=0),
             PipeWriter(os.fdopen(pipes[0][1], "wb", buffering=0)),
@@ -233,31 +236,37 @@ class _ForkedWorker:
         """SIGKILL the worker now, at idle priority; the reaper finishes the rest (see ``process.Reaper``).
 
         Idle priority: woken by the SIGKILL, a worker that slept while stopped would otherwise preempt
-        the host on its core to exit (tearing down its namespaces and memory), which cost the episode
-        that starts meanwhile about a millisecond in two resets of five on 2 cores."""
+        the host on its core to exit (tearing down its namespaces and memory) while the next episode
+        starts (only its main thread's policy: threads that tool code left behind exit at their own)."""
         if self._killed:
             return
         self._killed = True
-        self._set_scheduler(os.SCHED_IDLE)
+        self._scheduling = self._set_scheduler(os.SCHED_IDLE, os.sched_param(0))
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._reaper.put(self._finish)
 
-    def _set_scheduler(self, policy: int) -> None:
-        """Set the scheduling policy of the worker while it has not exited; a process that has not exited
-        keeps its pid, so its pidfd (readable once it exits) says that the pid is still this worker's.
-        Only the order of the exit's work changes, so a refusal (ESRCH, EPERM) is no error."""
+    def _set_scheduler(self, policy: int, parameters: os.sched_param) -> tuple[int, os.sched_param] | None:
+        """Set the scheduling policy of the worker while it has not exited, returning the one it had; a
+        process that has not exited keeps its pid, so its pidfd (readable once it exits) says that the pid
+        is still this worker's. Only the order of the exit's work changes, so a refusal (ESRCH) is no
+        error (the fork path runs as root, so EPERM does not arise)."""
         if select.select([self._pidfd], [], [], 0)[0]:
-            return
-        with contextlib.suppress(OSError):
-            os.sched_setscheduler(self._pid, policy, os.sched_param(0))
+            return None
+        try:
+            had = (os.sched_getscheduler(self._pid), os.sched_getparam(self._pid))
+            os.sched_setscheduler(self._pid, policy, parameters)
+        except OSError:
+            return None
+        return had
 
     def _finish(self) -> None:
         # Killed in kill(): wait until it is gone, without polling. One that has not finished exiting at
-        # idle priority once the next episode is under way finishes at normal priority (a busy host could
+        # idle priority once the next episode is under way finishes at its former one (a busy host could
         # otherwise hold back its exit, and its memory and cgroup, for seconds).
         if not select.select([self._pidfd], [], [], _IDLE_EXIT_SECONDS)[0]:
-            self._set_scheduler(os.SCHED_OTHER)
+            if self._scheduling is not None:
+                self._set_scheduler(*self._scheduling)
             select.select([self._pidfd], [], [], 2.0)
         os.close(self._pidfd)
         if self._cgroup is not None:

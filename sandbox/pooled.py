@@ -7,7 +7,6 @@ goes on. The failed call comes back as a :class:`CallResult` (never an exception
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import signal
 import time
@@ -60,6 +59,10 @@ class PooledSandbox(Sandbox):
         """Each loaded function's positional parameter names, to bind a code block's calls by."""
         self._code_worker: WorkerHandle | None = None
         self._loaded = False
+        """Whether the current worker was given a load (a later load then takes a fresh one)."""
+        self._abandoned = False
+        """Whether the last load's ``meanwhile`` raised: its worker was killed and no episode is loaded."""
+        self._in_meanwhile = False
         try:
             self._worker: WorkerHandle | None = self._pool.acquire()  # fail now if workers cannot start
         except BaseException:
@@ -86,6 +89,7 @@ class PooledSandbox(Sandbox):
     ) -> LoadResult:
         if compiled is not None and len(compiled) != len(sources):
             raise SandboxError(f"{len(compiled)} compiled codes were given for {len(sources)} sources")
+        self._refuse_inside_meanwhile()
         self._drop_code_worker()
         with self._pool.refill_deferred() as spare_ready:
             previous = None
@@ -95,7 +99,7 @@ class PooledSandbox(Sandbox):
                 self._replace_worker()
             self._sources = list(sources)
             self._compiled = list(compiled) if compiled is not None else [None] * len(sources)
-            self._loaded = True
+            self._loaded, self._abandoned = True, False
             try:
                 return self._load_sources(meanwhile)
             finally:
@@ -176,8 +180,13 @@ class PooledSandbox(Sandbox):
         return self._worker
 
     def _require_loaded(self) -> None:
-        if not self._loaded:
+        self._refuse_inside_meanwhile()
+        if not self._loaded or self._abandoned:
             raise SandboxError("no episode is loaded: call load(sources) before call() or execute()")
+
+    def _refuse_inside_meanwhile(self) -> None:
+        if self._in_meanwhile:
+            raise SandboxError("a load's meanwhile cannot use the sandbox that is loading")
 
     def _replace_worker(self) -> None:
         """Kill the current worker and take a spare. If no spare can start, the killed worker stays current:
@@ -214,29 +223,37 @@ class PooledSandbox(Sandbox):
         timeout = self._limits.load_timeout
         deadline = time.monotonic() + timeout
         self._parameters = {}
+        request = {"op": "load", "sources": _worker_sources(worker, self._sources, self._compiled)}
         try:
-            request = {"op": "load", "sources": _worker_sources(worker, self._sources, self._compiled)}
             request_id = worker.connection.request(request, deadline)
-            if meanwhile is not None:
-                try:
-                    meanwhile()
-                except BaseException:
-                    self._abandon_load()
-                    raise
-            loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
-            return loaded
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
-            reason = _describe_failure(exc, worker, timeout)
+            return self._load_failed(exc, worker, timeout)
+        if meanwhile is not None:
+            self._run_meanwhile(meanwhile, worker)
+        try:
+            loaded, self._parameters = _loaded(worker.connection.receive(deadline, request_id))
+        except (WorkerTimeoutError, WorkerCrashedError) as exc:
+            return self._load_failed(exc, worker, timeout)
+        return loaded
+
+    def _load_failed(self, exc: Exception, worker: WorkerHandle, timeout: float) -> LoadResult:
+        reason = _describe_failure(exc, worker, timeout)
         self._sources, self._compiled = [], []
         self._replace_worker()
         return LoadResult(functions=(), errors=(f"loading failed: {reason}; no tools are loaded",))
 
-    def _abandon_load(self) -> None:
-        """No episode after all: a fresh worker with nothing loaded takes the place of the one loading (if
-        none can start, the killed one stays current, as in ``_replace_worker``)."""
-        self._sources, self._compiled, self._loaded = [], [], False
-        with contextlib.suppress(SandboxError):
-            self._replace_worker()
+    def _run_meanwhile(self, meanwhile: Callable[[], object], worker: WorkerHandle) -> None:
+        """Run the caller's set-up while ``worker`` loads; if it raises, there is no episode: the worker
+        (its reply never read) is killed, and the next load takes a fresh one."""
+        self._in_meanwhile = True
+        try:
+            meanwhile()
+        except BaseException:
+            self._sources, self._compiled, self._abandoned = [], [], True
+            worker.kill()
+            raise
+        finally:
+            self._in_meanwhile = False
 
     def _call(
         self, name: str, arguments: dict[str, Any], limit: float, as_json_text: bool = False

@@ -172,6 +172,7 @@ def test_a_killed_worker_exits_at_idle_priority_and_the_host_keeps_its_own(
 ) -> None:
     """The SIGKILL of the previous episode's worker goes out once it is at idle priority (so its exit
     does not preempt the host's reset); nothing else changes priority."""
+    host_policy = os.sched_getscheduler(0)
     _probe(sandbox)
     previous = sandbox._current().connection.pause_pid
     send = signal.pidfd_send_signal
@@ -185,26 +186,38 @@ def test_a_killed_worker_exits_at_idle_priority_and_the_host_keeps_its_own(
     _probe(sandbox)
     assert seen == [(signal.SIGKILL, os.SCHED_IDLE)]
     current = sandbox._current().connection.pause_pid
-    assert os.sched_getscheduler(current) == os.sched_getscheduler(0) == os.SCHED_OTHER
+    assert os.sched_getscheduler(current) == os.sched_getscheduler(0) == host_policy
     assert _wait_gone(previous, patience=10.0)
 
 
-def test_a_killed_worker_still_exiting_later_goes_back_to_normal_priority(
+def test_a_killed_worker_still_exiting_later_goes_back_to_its_priority(
     sandbox: ProcessSandbox, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A worker not gone once the next episode is under way finishes at normal priority, so that a busy
-    host cannot hold back its exit (here its SIGKILL is lost; the reaper's cgroup kill still ends it)."""
+    """A worker not gone once the next episode is under way finishes at its former priority, so that a
+    busy host cannot hold back its exit (here its SIGKILL is lost; the reaper's cgroup kill ends it
+    about 2 s later, long after the reaper restored the priority)."""
     _probe(sandbox)
     lingering = sandbox._current().connection.pause_pid
+    former = os.sched_getscheduler(lingering)
     pidfd = os.pidfd_open(lingering)
     send = signal.pidfd_send_signal
-    monkeypatch.setattr(signal, "pidfd_send_signal", lambda *args: None)
+    seen = []
+
+    def lose_the_kill(pidfd: int, number: int, *args: object) -> None:
+        seen.append(os.sched_getscheduler(lingering))
+
+    monkeypatch.setattr(signal, "pidfd_send_signal", lose_the_kill)
     try:
         _probe(sandbox)
+        assert seen == [os.SCHED_IDLE]
         give_up = time.monotonic() + 10.0
-        while os.sched_getscheduler(lingering) == os.SCHED_IDLE and time.monotonic() < give_up:
-            time.sleep(0.005)
-        assert os.sched_getscheduler(lingering) == os.SCHED_OTHER
+        try:
+            while os.sched_getscheduler(lingering) == os.SCHED_IDLE and time.monotonic() < give_up:
+                time.sleep(0.005)
+            policy = os.sched_getscheduler(lingering)
+        except ProcessLookupError:
+            pytest.fail("the worker was still at idle priority when the reaper's cgroup kill ended it")
+        assert policy == former
     finally:
         monkeypatch.undo()
         with contextlib.suppress(ProcessLookupError):

@@ -15,11 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError
+from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError, WorkerTimeoutError
 from hopgym.sandbox import Sandbox, isolation, make_sandbox
 from hopgym.sandbox.cgroups import WorkerCgroup, resolve_cgroups
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
-from hopgym.sandbox.process import ProcessSandbox
+from hopgym.sandbox.process import PausingConnection, ProcessSandbox
+from hopgym.sandbox.protocol import WorkerConnection
 from hopgym.tasks.tool_source import compile_tool_code
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
@@ -174,22 +175,50 @@ def test_a_raising_hook_propagates_and_leaves_the_sandbox_usable(sandbox: Sandbo
     assert sandbox.call("add", {"a": 1}).value == 2
 
 
-def test_set_up_given_to_load_runs_once_and_its_failure_leaves_the_sandbox_usable(sandbox: Sandbox) -> None:
-    """``meanwhile`` is the caller's own set-up, run while the worker loads; if it raises, the exception
-    reaches the caller, no episode is loaded (the half-loaded worker is gone) and the next load starts a
-    good episode."""
-    runs = []
-    loaded = sandbox.load([TOOLS], meanwhile=lambda: runs.append("set up"))
-    assert runs == ["set up"] and "add" in loaded.functions
-    assert sandbox.call("add", {"a": 1}).value == 2
+def test_set_up_given_to_load_runs_between_the_request_and_the_reply(
+    sandbox: Sandbox, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``meanwhile`` is the caller's own set-up, run while the worker loads: after the load request is
+    written and before its reply is read, once."""
+    events = []
+    request, receive = WorkerConnection.request, PausingConnection.receive
+
+    def recorded_request(self: WorkerConnection, message: dict, deadline: float) -> str:
+        events.append(f"request {message['op']}")
+        return request(self, message, deadline)
+
+    def recorded_receive(self: PausingConnection, deadline: float, request_id: str | None = None) -> dict:
+        reply = receive(self, deadline, request_id)
+        events.append(f"reply {reply['type']}")
+        return reply
+
+    monkeypatch.setattr(WorkerConnection, "request", recorded_request)
+    monkeypatch.setattr(PausingConnection, "receive", recorded_receive)
+    loaded = sandbox.load([TOOLS], meanwhile=lambda: events.append("set up"))
+    assert events == ["request load", "set up", "reply loaded"]
+    assert "add" in loaded.functions and sandbox.call("add", {"a": 1}).value == 2
+
+
+@pytest.mark.parametrize("failure", [KeyError("host bug"), WorkerTimeoutError("host bug")])
+def test_a_failing_set_up_propagates_and_leaves_no_episode(sandbox: Sandbox, failure: Exception) -> None:
+    """If ``meanwhile`` raises (even an error of the sandbox's own kinds), the exception reaches the
+    caller, no episode is loaded (the half-loaded worker is gone) and the next load is a good episode."""
 
     def broken_set_up() -> None:
-        raise KeyError("host bug")
+        raise failure
 
-    with pytest.raises(KeyError, match="host bug"):
+    with pytest.raises(type(failure), match="host bug"):
         sandbox.load([TOOLS], meanwhile=broken_set_up)
     with pytest.raises(SandboxError, match="no episode is loaded"):
         sandbox.call("add", {"a": 1})
+    assert sandbox.load([TOOLS]).errors == ()
+    assert sandbox.call("add", {"a": 1}).value == 2
+
+
+def test_a_set_up_cannot_use_the_sandbox_it_runs_for(sandbox: Sandbox) -> None:
+    sandbox.load([TOOLS])
+    with pytest.raises(SandboxError, match="meanwhile cannot use the sandbox"):
+        sandbox.load([TOOLS], meanwhile=lambda: sandbox.call("add", {"a": 1}))
     assert sandbox.load([TOOLS]).errors == ()
     assert sandbox.call("add", {"a": 1}).value == 2
 
