@@ -4,8 +4,9 @@ For each start mode: ``env.reset`` (reset -> first call possible: the episode's 
 and p90, with 50 ms of other episode work between resets and back to back; CPU per episode (every process
 the env starts, counted by a cpuacct cgroup of this benchmark, root and cgroup v1 only; else the host's own
 and reaped children's CPU); the full 100-task pass (reset + one call per offered tool, as ``bench_env.py``)
-and the warm ``env.step`` round trip. Ratios fork/spawn are from the same run (the machine is shared:
-compare ratios, not runs).
+and the warm ``env.step`` round trip; a warm call back to back and after the same 50 ms pause (what the
+machine adds to any round trip after idle cores). Ratios fork/spawn are from the same run (the machine is
+shared: compare ratios, not runs).
 
 Usage: ``HOPGYM_DATA=../shared/data python benchmarks/bench_episode_start.py [--resets N] [--out FILE]``
 """
@@ -21,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from _timing import percentile
+from _timing import ARGUMENTS, TOOL, percentile
 from bench_env import full_pass, warm_round_trip
 
 from hopgym.envs.toolhop import ToolHopEnv
@@ -87,6 +88,23 @@ def resets(env: ToolHopEnv, count: int, meter: CpuMeter, episode_seconds: float)
     }
 
 
+def calls_after_pauses(env: ToolHopEnv, count: int, pause: float) -> dict[str, float]:
+    """The same warm sandbox call back to back and ``pause`` seconds after the previous one (medians, ms):
+    the second pays what any round trip pays after the cores were idle (a reset's two hand-overs too)."""
+    assert env.sandbox is not None
+    env.sandbox.load([TOOL])
+    medians = {}
+    for name, seconds in (("back_to_back_ms", 0.0), ("after_pause_ms", pause)):
+        latencies = []
+        for _ in range(count):
+            time.sleep(seconds)
+            started = time.perf_counter()
+            env.sandbox.call("lookup", ARGUMENTS)
+            latencies.append((time.perf_counter() - started) * 1000)
+        medians[name] = statistics.median(latencies)
+    return medians
+
+
 def measure(start: str, resets_count: int, calls: int, meter: CpuMeter, data: str | None) -> dict[str, Any]:
     env = ToolHopEnv(data_path=data, max_turns=10**9, sandbox_options={"start": start})
     try:
@@ -98,6 +116,7 @@ def measure(start: str, resets_count: int, calls: int, meter: CpuMeter, data: st
         result["full_pass"] = full_pass(env)
         result["full_pass"]["cpu_seconds"] = meter.seconds() - cpu_started
         result["warm_round_trip"] = warm_round_trip(env, calls)
+        result["warm_call_after_pause"] = calls_after_pauses(env, resets_count, EPISODE_SECONDS)
     finally:
         env.close()
     return result

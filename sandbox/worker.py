@@ -460,19 +460,16 @@ def _fork_episode(
 
 def _warm_request(policy) -> str:
     """The warm-up's load request as the host would send it to this policy: its sources as code the
-    template compiled (see :meth:`PlainPolicy.load_code`), or as text the worker compiles."""
-    sources: list = list(_WARM_SOURCES)
-    if hasattr(policy, "load_code"):
-        sources = [
-            {
-                "code": b2a_base64(
-                    MAGIC_NUMBER + marshal.dumps(compile(source, f"<tool source {index}>", "exec")),
-                    newline=False,
-                ).decode("ascii")
-            }
-            for index, source in enumerate(sources)
-        ]
-    return _dumps({"op": "load", "sources": sources})
+    template compiled (see :meth:`PlainPolicy.load_code`), or, for a policy that compiles every source
+    itself (``restricted``), one source as text (its compiler's cost dwarfs what the others would warm)."""
+    if not hasattr(policy, "load_code"):
+        return _dumps({"op": "load", "sources": list(_WARM_SOURCES[:1])})
+    codes = [
+        MAGIC_NUMBER + marshal.dumps(compile(source, f"<tool source {index}>", "exec"))
+        for index, source in enumerate(_WARM_SOURCES)
+    ]
+    texts = [b2a_base64(code, newline=False).decode("ascii") for code in codes]
+    return _dumps({"op": "load", "sources": [{"code": text} for text in texts]})
 
 
 def _warm_up(policy, config: dict, warm_request: str) -> None:
