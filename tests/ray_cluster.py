@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from unittest import mock
 
 RAY = Path(sys.executable).with_name("ray")
 NODE_RESOURCES = ("hopgym_head", "hopgym_second")
@@ -26,6 +27,10 @@ FAST_NODE_DEATH = {  # the head declares a silent node dead after about 3 s inst
     "RAY_health_check_timeout_ms": "1000",
     "RAY_health_check_failure_threshold": "3",
 }
+WITHOUT_TOKEN_AUTH = {"RAY_AUTH_MODE": "disabled"}
+"""The nodes and the driver, whatever the user's Ray set-up: when ``RAY_AUTH_MODE`` is unset, a
+``~/.ray/auth_token`` (left by any earlier Ray session of the user) turns token auth on, and the driver
+then fails to connect (InvalidAuthToken)."""
 NODE_IPS = ("127.0.0.2", "127.0.0.3")
 """Loopback addresses of the head and the second node. Not 127.0.0.1: Ray swaps that for the machine's
 outward address, and the cluster's traffic must stay on loopback."""
@@ -78,7 +83,7 @@ def start_node(resource: str, temp_dir: str, head_port: int, head: bool) -> subp
         "--disable-usage-stats", "--block",
     ]  # fmt: skip
     log = Path(temp_dir) / f"{resource}.log"
-    env = {**os.environ, **FAST_NODE_DEATH}
+    env = {**os.environ, **FAST_NODE_DEATH, **WITHOUT_TOKEN_AUTH}
     return subprocess.Popen(
         command, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env, start_new_session=True
     )
@@ -118,6 +123,8 @@ def local_cluster(nodes: int = 2) -> Iterator[Cluster]:
     temp_dir = tempfile.mkdtemp(prefix="hgray")  # short: Ray's socket paths must fit in 107 bytes
     port = free_port()
     processes = [start_node(NODE_RESOURCES[0], temp_dir, port, head=True)]
+    driver_env = mock.patch.dict(os.environ, WITHOUT_TOKEN_AUTH)  # this process and the runs it starts
+    driver_env.start()
     try:
         if nodes == 2:
             processes.append(start_node(NODE_RESOURCES[1], temp_dir, port, head=False))  # waits for the head
@@ -131,6 +138,7 @@ def local_cluster(nodes: int = 2) -> Iterator[Cluster]:
         yield Cluster(f"{NODE_IPS[0]}:{port}", wait_for_nodes(nodes), processes, temp_dir)
     finally:
         ray.shutdown()
+        driver_env.stop()
         for process in reversed(processes):  # every Ray process of a node is in its `ray start` group
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(process.pid, signal.SIGTERM)
