@@ -223,6 +223,16 @@ def test_openai_models_without_a_server_stay_on_litellm_and_its_options_are_refu
         ModelClient(ModelConfig("openai/x", api_base="http://127.0.0.1:9/v1", extra={"drop_params": True}))
 
 
+def test_a_server_on_an_api_base_is_asked_without_a_key_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Self-hosted servers take any key: with no ``api_key`` and no ``OPENAI_API_KEY`` the request goes out
+    (with a placeholder key), where the openai client alone refuses to send it."""
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with ScriptedModelServer(sequence_script([ScriptedReply(content="hello")])) as server:
+        client = ModelClient(ModelConfig("openai/scripted", api_base=server.api_base, max_retries=0))
+        reply = asyncio.run(client.complete(USER))
+    assert reply.message["content"] == "hello"
+
+
 def test_an_openai_model_run_never_imports_litellm() -> None:
     """litellm costs seconds of CPU per process to import; a run of an OpenAI-compatible server, the
     cost line of its summary included, does without it."""
