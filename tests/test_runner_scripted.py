@@ -115,6 +115,28 @@ def test_an_existing_run_needs_resume_and_the_same_settings(tmp_path: Path) -> N
     assert [r["index"] for r in read_records(tmp_path / "run")] == [0, 1]
 
 
+def test_retry_errors_runs_the_failed_episodes_again_and_keeps_the_others(tmp_path: Path) -> None:
+    """A run where the model failed for one task: ``--resume`` keeps it failed; with ``--retry-errors``
+    only that episode runs again and its record replaces the failed one (each episode once)."""
+    out = tmp_path / "run"
+    with ScriptedModelServer(solving_policy(correct_every=1, fail_index=2)) as server:
+        run(server, out, limit=4)
+        run(server, out, limit=4, resume=True)
+        assert len(server.requests) == 3 * 2 + 2  # two turns each, the failed task's two attempts, once
+        with pytest.raises(ConfigError, match=r"--retry-errors .* add --resume"):
+            run(server, out, limit=4, retry_errors=True)
+    failed_before = {r["index"]: r for r in read_records(out)}
+    assert failed_before[2]["error"] is not None
+    with ScriptedModelServer(solving_policy(correct_every=1)) as fixed:
+        summary = run(fixed, out, limit=4, resume=True, retry_errors=True)
+        assert {question_of(r) for r in fixed.requests} == {TASKS[2].question}
+    records = read_records(out)
+    assert sorted(r["index"] for r in records) == [0, 1, 2, 3]
+    assert all(r["error"] is None and r["correct"] for r in records)
+    assert [r for r in records if r["index"] != 2] == [r for i, r in failed_before.items() if i != 2]
+    assert summary["errors"] == 0 and summary["answer_correctness"] == 1.0
+
+
 def test_task_ids_choose_the_tasks_in_their_order_and_bad_ones_are_named(tmp_path: Path) -> None:
     chosen = (TASKS[5].id, TASKS[2].id)
     with ScriptedModelServer(solving_policy()) as server:

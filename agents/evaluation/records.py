@@ -8,6 +8,7 @@ the file to the last complete line) so the episode is redone once, never lost an
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict
@@ -66,6 +67,21 @@ def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:
         with path.open("r+b") as handle:
             handle.truncate(complete_end)
     return records
+
+
+def drop_failed_episodes(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` (the file's, as read) without those that hold an ``error``, written back in their place
+    (a new file renamed over the old: an interrupted rewrite leaves the old file whole)."""
+    kept = [record for record in records if record.get("error") is None]
+    if len(kept) < len(records):
+        fresh = path.with_name(f"{path.name}.retry")
+        with fresh.open("w", encoding="utf-8") as handle:
+            for record in kept:
+                handle.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(fresh, path)
+    return kept
 
 
 def check_resumable(

@@ -40,6 +40,7 @@ from hopgym.agents.evaluation.records import (
     EpisodeRecord,
     EpisodeWriter,
     check_resumable,
+    drop_failed_episodes,
     episode_key,
     read_episodes,
 )
@@ -80,6 +81,9 @@ class EvalConfig:
     samples: int = 1
     """Episodes per task."""
     resume: bool = False
+    retry_errors: bool = False
+    """With ``resume``: run again the episodes whose record holds an ``error`` (their records are dropped
+    first), e.g. after the model server was down or misconfigured for part of a run."""
     progress: bool = True
     executor: str = "local"
     """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
@@ -377,6 +381,8 @@ class EvalRun:
 
     def _check_folder(self) -> None:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
+        if self.config.retry_errors and not self.config.resume:
+            raise ConfigError("--retry-errors redoes failed episodes of an existing run: add --resume")
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
@@ -432,6 +438,8 @@ class EvalRun:
             selected = self._select(chat_env(first_env).tasks)
             executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
+            if self.config.retry_errors:
+                previous = drop_failed_episodes(self.episodes_path, previous)
             done = {episode_key(record) for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:

@@ -88,6 +88,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--samples", type=int, default=1, metavar="K", help="episodes per task, for pass@k (default: 1)"
     )
     parser.add_argument("--resume", action="store_true", help="continue OUT, skipping finished episodes")
+    parser.add_argument(
+        "--retry-errors",
+        action="store_true",
+        help="with --resume: run again the episodes that ended with an error (their records are replaced)",
+    )
     parser.add_argument("--out", help="run folder (default: runs/ENV-AGENT-MODEL[-SCENARIO])")
     parser.add_argument(
         "--temperature", type=float, help="sampling temperature (default: the protocol's, else 0)"
@@ -200,6 +205,7 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
         seed=args.seed,
         samples=args.samples,
         resume=args.resume,
+        retry_errors=args.retry_errors,
         progress=not args.no_progress,
         executor=args.executor,
         ray_address=args.ray_address,
