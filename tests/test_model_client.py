@@ -233,6 +233,14 @@ def test_a_server_on_an_api_base_is_asked_without_a_key_given(monkeypatch: pytes
     assert reply.message["content"] == "hello"
 
 
+def test_openai_s_own_api_without_a_key_is_a_config_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match=r"openai/gpt-4o .* needs a key: pass --api-key or set OPENAI_"):
+        ModelClient(ModelConfig("openai/gpt-4o"))
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-the-environment")
+    assert isinstance(ModelClient(ModelConfig("openai/gpt-4o"))._sender, _LitellmSender)
+
+
 def test_an_openai_model_run_never_imports_litellm() -> None:
     """litellm costs seconds of CPU per process to import; a run of an OpenAI-compatible server, the
     cost line of its summary included, does without it."""

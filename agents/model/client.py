@@ -350,6 +350,15 @@ class ModelClient:
                 f"{sorted(LITELLM_FIELDS & set(config.extra))} are litellm's own options; an openai/ model "
                 "with an api_base is sent with the openai client (give the server's own fields instead)"
             )
+        if (
+            config.model.startswith(OPENAI_PREFIX)
+            and config.api_base is None
+            and not (config.api_key or os.environ.get("OPENAI_API_KEY"))
+        ):  # litellm would report the missing key as a server error, retried on every request
+            raise ConfigError(
+                f"{config.model} is a model of OpenAI's API, which needs a key: pass --api-key or set "
+                "OPENAI_API_KEY (or --api-base URL for an OpenAI-compatible server)"
+            )
         sender = _OpenAISender if openai_server else _LitellmSender
         self._sender: _OpenAISender | _LitellmSender = sender(config.api_key)
 
