@@ -25,6 +25,7 @@ from hopgym.tasks.kg2tool.export import (
     read_export,
     read_trajectory,
     validate_record,
+    write_export,
 )
 from tests.shared_data import needs_data
 
@@ -247,3 +248,33 @@ def test_malformed_openai_records_are_rejected(fb, tasks):
     ]
     with pytest.raises(DataError, match="arguments must be a JSON object in a string"):
         validate_record({**record, "messages": unencoded}, "openai")
+
+
+RECORDS = [
+    {"id": "t/0", "history": [], "text": 'two\nlines, "quoted", ü', "nested": {"b": [1, {"c": None}]}},
+    {"id": "t/1", "empty": {}, "list": []},
+]
+
+
+@pytest.mark.parametrize("records", [RECORDS, []])
+def test_exports_are_written_as_they_come_in_the_usual_bytes(tmp_path, records):
+    """A ``.json`` export is the bytes ``json.dumps(records, indent=1)`` gives, a JSON Lines one a sorted
+    line per record, though records are written one by one (no list of them in memory)."""
+    assert write_export(iter(records), tmp_path / "data.json") == len(records)
+    assert (tmp_path / "data.json").read_text() == json.dumps(records, ensure_ascii=False, indent=1) + "\n"
+    assert write_export(iter(records), tmp_path / "data.jsonl") == len(records)
+    lines = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in records)
+    assert (tmp_path / "data.jsonl").read_text() == lines
+    assert read_export(tmp_path / "data.json") == records == read_export(tmp_path / "data.jsonl")
+
+
+def test_an_interrupted_export_leaves_no_file_under_its_name(tmp_path):
+    def records_then_a_failure():
+        yield RECORDS[0]
+        raise KeyboardInterrupt
+
+    (tmp_path / "data.json").write_text("the previous export\n")
+    with pytest.raises(KeyboardInterrupt):
+        write_export(records_then_a_failure(), tmp_path / "data.json")
+    assert (tmp_path / "data.json").read_text() == "the previous export\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["data.json"]

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from hopgym.errors import DataError
 
 if TYPE_CHECKING:
+    from tqdm import tqdm
+
     from hopgym.tasks.kg2tool.assembly import KGSource
     from hopgym.tasks.kg2tool.task_file import KG2ToolTask
 
@@ -86,7 +89,19 @@ def refine_queries(tasks: list[KG2ToolTask], source: KGSource, args: argparse.Na
     return refined
 
 
+def _counting_tasks(records: Iterator[dict[str, Any]], bar: tqdm) -> Iterator[dict[str, Any]]:
+    """``records`` as they are written, moving ``bar`` on at each new task (records come task by task)."""
+    task = None
+    for record in records:
+        if record["task_id"] != task:
+            task = record["task_id"]
+            bar.update(1)
+        yield record
+
+
 def run_export(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
     from hopgym.tasks.kg2tool.assembly import load_kg_source, offered_tool_names
     from hopgym.tasks.kg2tool.export import export_records, write_export
     from hopgym.tasks.kg2tool.task_file import read_tasks
@@ -108,6 +123,7 @@ def run_export(args: argparse.Namespace) -> int:
 
     kinds = [kind.strip() for kind in args.kinds.split(",") if kind.strip()]
     records = export_records(tasks, args.format, tools_for, source.label, args.seed, kinds)
-    count = write_export(records, args.out)
+    with tqdm(total=len(tasks), unit="task", desc=f"{args.format} records", dynamic_ncols=True) as bar:
+        count = write_export(_counting_tasks(records, bar), args.out)
     print(f"{count} {args.format} records from {len(tasks)} tasks written to {args.out}")
     return 0

@@ -482,19 +482,32 @@ def _alpaca_turn(text: str, position: int, where: str) -> tuple[str, str]:
 
 
 def write_export(records: Iterable[Mapping[str, Any]], path: str | Path) -> int:
-    """Write records as one JSON array (a ``.json`` path, as Alpaca and ShareGPT files usually are) or as
-    JSON Lines (any other suffix); returns how many were written."""
-    rows = list(records)
+    """Write records as one JSON array (a ``.json`` path, as Alpaca and ShareGPT files usually are, the
+    bytes of ``json.dumps(records, indent=1)``) or as JSON Lines (any other suffix); returns how many were
+    written. Records are written as they come (an export can be hundreds of MB), into a file renamed to
+    ``path`` once complete, so an interrupted export leaves no partial file under that name."""
     target = Path(path)
-    if target.suffix == ".json":
-        text = json.dumps(rows, ensure_ascii=False, indent=1) + "\n"
-    else:
-        text = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in rows)
+    partial = target.with_name(f"{target.name}.partial")
+    array = target.suffix == ".json"
+    count = 0
     try:
-        target.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot write the export to {target}: {exc}") from exc
-    return len(rows)
+        with partial.open("w", encoding="utf-8") as handle:
+            for row in records:
+                if array:  # an array element of indent=1: each line of the record one space in
+                    element = json.dumps(row, ensure_ascii=False, indent=1).replace("\n", "\n ")
+                    handle.write(("[\n " if count == 0 else ",\n ") + element)
+                else:
+                    handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+                count += 1
+            if array:
+                handle.write("\n]\n" if count else "[]\n")
+        partial.replace(target)
+    except BaseException as exc:  # interrupted or failed: the partial file goes, a previous export stays
+        partial.unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            raise DataError(f"cannot write the export to {target}: {exc}") from exc
+        raise
+    return count
 
 
 def read_export(path: str | Path) -> list[dict[str, Any]]:
