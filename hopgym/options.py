@@ -36,13 +36,19 @@ def accepted_keywords(target: Callable[..., Any], unpacked: Sequence[str] = ()) 
 
 
 def check_keywords(
-    target: Callable[..., Any], given: Mapping[str, Any], what: str, unpacked: Sequence[str] = ()
+    target: Callable[..., Any],
+    given: Mapping[str, Any],
+    what: str,
+    unpacked: Sequence[str] = (),
+    supplied: Sequence[str] = (),
 ) -> None:
     """Raise :class:`ConfigError` naming each key of ``given`` that ``target`` does not take, with the
-    closest valid name and the full list (``unpacked``: see :func:`accepted_keywords`)."""
+    closest valid name and the full list (``unpacked``: see :func:`accepted_keywords`; ``supplied``: what
+    the caller passes itself, so no option and not listed)."""
     accepted = accepted_keywords(target, unpacked)
     if accepted is None:
         return
+    accepted = [name for name in accepted if name not in supplied]
     unknown = [key for key in given if key not in accepted]
     if not unknown:
         return

@@ -307,7 +307,8 @@ def test_cli_mistakes_are_one_line_and_leave_no_run_folder(
         (["--data", str(corrupt)], f"{corrupt}:3: not a JSON row"),
         (["--feedback", "verbose"], "verbose"),
         (["--agent", "fcc"], "unknown agent 'fcc'"),
-        (["--agent-arg", "retries=2"], "agent 'fc' has no option 'retries'"),
+        (["--agent-arg", "retries=2"], "agent 'fc' has no option 'retries'; valid: tool_choice"),
+        (["--agent", "codeact", "--agent-arg", "retries=2"], "has no option 'retries'; valid: none"),
         (["--concurrency", "0"], "--concurrency must be at least 1"),
     ]
     for extra, message in cases:

@@ -27,7 +27,7 @@ def agent_factory(name: str, client: ModelClient, options: Mapping[str, Any]) ->
     agent_class = AGENTS[name]
     if "client" in options:
         raise ConfigError(f"agent {name!r} has no option 'client' (the model comes from --model)")
-    check_keywords(agent_class.__init__, options, f"agent {name!r}")
+    check_keywords(agent_class.__init__, options, f"agent {name!r}", supplied=("client",))
     agent_class(
         client, **options
     )  # what a constructor checks itself (kgetool's moved options) fails here too
