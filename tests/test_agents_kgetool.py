@@ -155,9 +155,23 @@ def test_extraction_options_belong_to_the_env_only() -> None:
         agent_factory("kgetool", client, {"extraction": "retrieval"})  # before any run starts
 
 
-def test_the_agent_needs_the_extract_mode(tmp_path: Path) -> None:
-    with pytest.raises(AssertionError, match="kg='extract'"):
+def test_the_agent_and_the_extract_mode_need_each_other_before_any_run(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"--agent kgetool writes a KG extraction turn .* kg=extract"):
         run_row(tmp_path, scripted(SEARCH, GOLD_CALL), {"kg": "none"})
+    with ScriptedModelServer(scripted(SEARCH, GOLD_CALL)) as server:
+        for env, kwargs, agent in (("ToolHop-v0", {}, "kgetool"), ("FamilyTool-v0", {"kg": "extract"}, "fc")):
+            config = EvalConfig(
+                out=tmp_path / env,
+                model=ModelConfig(server.model, api_base=server.api_base, api_key="sk-test"),
+                env_id=env,
+                env_kwargs=kwargs,
+                agent=agent,
+                progress=False,
+            )
+            with pytest.raises(ConfigError, match="kg=extract"):
+                EvalRun(config).run()
+            assert not config.out.exists()
+        assert server.requests == []
 
 
 def test_hopgym_eval_prints_the_paper_tables(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -258,13 +258,14 @@ RECORDS = [
 
 @pytest.mark.parametrize("records", [RECORDS, []])
 def test_exports_are_written_as_they_come_in_the_usual_bytes(tmp_path, records):
-    """A ``.json`` export is the bytes ``json.dumps(records, indent=1)`` gives, a JSON Lines one a sorted
-    line per record, though records are written one by one (no list of them in memory)."""
+    """A ``.json`` export is the bytes ``json.dumps(records, indent=1)`` gives (non-ASCII kept), a JSON
+    Lines one a sorted line per record, though records are written one by one (no list in memory)."""
     assert write_export(iter(records), tmp_path / "data.json") == len(records)
-    assert (tmp_path / "data.json").read_text() == json.dumps(records, ensure_ascii=False, indent=1) + "\n"
+    array = json.dumps(records, ensure_ascii=False, indent=1) + "\n"
+    assert (tmp_path / "data.json").read_text(encoding="utf-8") == array
     assert write_export(iter(records), tmp_path / "data.jsonl") == len(records)
     lines = "".join(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n" for row in records)
-    assert (tmp_path / "data.jsonl").read_text() == lines
+    assert (tmp_path / "data.jsonl").read_text(encoding="utf-8") == lines
     assert read_export(tmp_path / "data.json") == records == read_export(tmp_path / "data.jsonl")
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from hopgym.agents.evaluation.records import lock_run_folder
 from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.evaluation.stats import mean_interval
 from hopgym.agents.model.client import ModelConfig
@@ -128,6 +129,8 @@ def test_retry_errors_runs_the_failed_episodes_again_and_keeps_the_others(tmp_pa
     failed_before = {r["index"]: r for r in read_records(out)}
     assert failed_before[2]["error"] is not None
     with ScriptedModelServer(solving_policy(correct_every=1)) as fixed:
+        run(fixed, out, limit=2, resume=True, retry_errors=True)  # the failed episode is not in this run
+        assert fixed.requests == [] and read_records(out) == list(failed_before.values())
         summary = run(fixed, out, limit=4, resume=True, retry_errors=True)
         assert {question_of(r) for r in fixed.requests} == {TASKS[2].question}
     records = read_records(out)
@@ -135,6 +138,20 @@ def test_retry_errors_runs_the_failed_episodes_again_and_keeps_the_others(tmp_pa
     assert all(r["error"] is None and r["correct"] for r in records)
     assert [r for r in records if r["index"] != 2] == [r for i, r in failed_before.items() if i != 2]
     assert summary["errors"] == 0 and summary["answer_correctness"] == 1.0
+
+
+def test_a_second_run_on_a_folder_being_written_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    with ScriptedModelServer(solving_policy()) as server:
+        run(server, out, limit=1)
+        first = lock_run_folder(out)  # what a run holds while it runs
+        try:
+            with pytest.raises(ConfigError, match="being written by another run"):
+                run(server, out, limit=2, resume=True)
+        finally:
+            first.close()
+        run(server, out, limit=2, resume=True)
+    assert [r["index"] for r in read_records(out)] == [0, 1]
 
 
 def test_task_ids_choose_the_tasks_in_their_order_and_bad_ones_are_named(tmp_path: Path) -> None:
@@ -224,19 +241,39 @@ def last_line(stderr: str) -> str:
     return stderr.strip().splitlines()[-1]
 
 
+REFUSING_AGENT = """
+import sys
+from hopgym.agents.policies.fc import FunctionCallingAgent
+from hopgym.cli import main
+from hopgym.errors import ConfigError
+
+async def refuse(self, observation, info):
+    raise ConfigError("this agent refuses to act (a test)")
+
+FunctionCallingAgent.act = refuse
+sys.exit(main(sys.argv[1:]))
+"""
+"""``hopgym`` whose fc agent fails every episode before any model call."""
+
+
 @pytest.mark.parametrize("concurrency", ["1", "4"])
 def test_a_run_whose_every_episode_fails_outside_the_model_ends_recorded_and_exits_1(
     tmp_path: Path, concurrency: str
 ) -> None:
-    """The kgetool agent fails every ToolHop episode before any model call; each failed episode's env is
-    discarded. The run used to wait forever for an env once ``concurrency`` of them were gone."""
+    """The agent fails every episode before any model call; each failed episode's env is discarded. The
+    run used to wait forever for an env once ``concurrency`` of them were gone."""
     out = tmp_path / "run"
     with ScriptedModelServer(solving_policy()) as server:
-        done = cli_eval(server, out, "--agent", "kgetool", "--limit", "5", "--concurrency", concurrency)
+        command = eval_command(server, out, "--limit", "5", "--concurrency", concurrency)
+        assert command[1:3] == ["-m", "hopgym.cli"]
+        done = subprocess.run(
+            [sys.executable, "-c", REFUSING_AGENT, *command[3:]], capture_output=True, text=True, timeout=300
+        )
+        assert server.requests == []
     assert done.returncode == 1, done.stderr
     assert "Traceback" not in done.stderr
     assert last_line(done.stderr).startswith("hopgym: error: no episode reached the model (5 of 5 episodes")
-    assert "info['relations']" in last_line(done.stderr)
+    assert "this agent refuses to act" in last_line(done.stderr)
     records = read_records(out)
     assert sorted(r["index"] for r in records) == [0, 1, 2, 3, 4]
     assert all("ConfigError" in r["error"] for r in records)

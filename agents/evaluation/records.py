@@ -7,6 +7,7 @@ the file to the last complete line) so the episode is redone once, never lost an
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 from collections.abc import Mapping
@@ -16,6 +17,8 @@ from typing import IO, Any, NotRequired, TypedDict
 from hopgym.errors import ConfigError, DataError
 
 EPISODES_FILE = "episodes.jsonl"
+LOCK_FILE = "run.lock"
+"""Held (``flock``) by the run writing the folder; empty."""
 
 
 class EpisodeRecord(TypedDict):
@@ -69,10 +72,27 @@ def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
-def drop_failed_episodes(path: Path, records: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """``records`` (the file's, as read) without those that hold an ``error``, written back in their place
-    (a new file renamed over the old: an interrupted rewrite leaves the old file whole)."""
-    kept = [record for record in records if record.get("error") is None]
+def lock_run_folder(folder: Path) -> IO[str]:
+    """An exclusive lock on a run folder for as long as the returned file is open: a second run on it (a
+    ``--resume`` while the first still runs) is refused instead of writing records beside it."""
+    handle = (folder / LOCK_FILE).open("a", encoding="utf-8")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        raise ConfigError(
+            f"{folder} is being written by another run; wait for it to end or pick another --out"
+        ) from None
+    return handle
+
+
+def drop_failed_episodes(
+    path: Path, records: list[dict[str, Any]], keys: set[tuple[str, int]]
+) -> list[dict[str, Any]]:
+    """``records`` (the file's, as read) without those of the episodes ``keys`` that hold an ``error``,
+    written back in their place (a new file renamed over the old: an interrupted rewrite leaves the old
+    file whole). Failed episodes outside ``keys`` (a smaller ``--limit``) keep their records."""
+    kept = [record for record in records if record.get("error") is None or episode_key(record) not in keys]
     if len(kept) < len(records):
         fresh = path.with_name(f"{path.name}.retry")
         with fresh.open("w", encoding="utf-8") as handle:

@@ -28,7 +28,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequen
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Protocol, SupportsFloat, TypeVar
+from typing import IO, Any, Protocol, SupportsFloat, TypeVar
 
 import gymnasium as gym
 from tqdm import tqdm
@@ -42,12 +42,13 @@ from hopgym.agents.evaluation.records import (
     check_resumable,
     drop_failed_episodes,
     episode_key,
+    lock_run_folder,
     read_episodes,
 )
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
-from hopgym.agents.policies.registry import agent_factory
+from hopgym.agents.policies.registry import agent_factory, check_agent_for_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ActionError, ConfigError, ModelError, one_line
@@ -214,6 +215,7 @@ class EpisodeRunner:
             if seed not in clients:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
+        check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
         self._executor = ThreadPoolExecutor(max_workers=concurrency + 1, thread_name_prefix="hopgym-env")
         self._env_creation = threading.Lock()
         self._pool: EnvPool | None = None
@@ -376,6 +378,7 @@ class EvalRun:
         self._correct = 0
         self._errors = 0
         self._provenance: dict[str, Any] = {}
+        self._lock: IO[str] | None = None
 
     # -- preparation -------------------------------------------------------------------------------
 
@@ -393,6 +396,7 @@ class EvalRun:
         previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
         self._provenance = start_provenance(chat_env(env), expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
+        self._lock = lock_run_folder(self.out)  # released when run() ends
         self._write_run_file()
         return read_episodes(self.episodes_path, repair=True)
 
@@ -433,13 +437,22 @@ class EvalRun:
         env made (its options and data checked) and the executor reached before anything is written: a
         mistake leaves no half-made run behind."""
         self._check_folder()
+        try:
+            return self._run_in_folder()
+        finally:
+            if self._lock is not None:
+                self._lock.close()
+                self._lock = None
+
+    def _run_in_folder(self) -> dict[str, Any]:
         first_env = self._runner.make_env()
         try:
             selected = self._select(chat_env(first_env).tasks)
             executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
             if self.config.retry_errors:
-                previous = drop_failed_episodes(self.episodes_path, previous)
+                keys = {(task_id, sample) for _, task_id, sample in selected}
+                previous = drop_failed_episodes(self.episodes_path, previous, keys)
             done = {episode_key(record) for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:

@@ -29,13 +29,14 @@ from hopgym.messages import ToolCall, tool_call
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
 OPENAI_PREFIX = "openai/"
-NO_KEY = "EMPTY"
-"""The key an ``openai/`` model sends to its ``api_base`` when neither ``api_key`` nor ``OPENAI_API_KEY``
-gives one: a self-hosted server (vLLM, llama.cpp) takes any key unless it was started with one, and then
-answers 401, which names the server; the openai client would refuse to send without a key."""
 """With an ``api_base``, models sent with the openai client; litellm strips the same prefix before sending.
 Without one (OpenAI's own API) litellm sends them: it adapts requests per OpenAI model (o-series
 ``max_completion_tokens``, the Responses API for some)."""
+NO_KEY = "EMPTY"
+"""The key an ``openai/`` model sends to its ``api_base`` when neither ``api_key`` nor ``OPENAI_API_KEY``
+gives one: a self-hosted server (vLLM, llama.cpp) takes any key unless it was started with one, and then
+answers 401, which names the server; the openai client would refuse to send without a key. (A set
+``OPENAI_API_KEY`` goes to whatever server ``api_base`` names.)"""
 LITELLM_FIELDS = frozenset(
     {"drop_params", "num_retries", "max_retries", "headers", "api_version", "metadata", "custom_llm_provider"}
 )
@@ -215,9 +216,9 @@ class _OpenAISender:
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._clients = loop, {}
-        if base not in self._clients:  # made here, inside the caller's error handling: a missing key is one
-            key = self._api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY
-            self._clients[base] = AsyncOpenAI(api_key=key, base_url=base, max_retries=0)
+        if base not in self._clients:  # made here, inside the caller's error handling
+            api_key = self._api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY
+            self._clients[base] = AsyncOpenAI(api_key=api_key, base_url=base, max_retries=0)
         fields = {key: value for key, value in request.items() if value is not None}
         named = {key: value for key, value in fields.items() if key in self._parameters}
         body = named.pop("extra_body", None) or {}

@@ -59,6 +59,9 @@ class Agent(ABC):
     """One episode's policy over a model."""
 
     name: str
+    writes_kg_extraction = False
+    """Whether its first turn is FamilyTool's KG extraction text (``FamilyTool-v0`` with ``kg="extract"``
+    takes the first turn as that, and only such an agent writes it)."""
 
     def __init__(self, client: ModelClient) -> None:
         self.client = client

@@ -20,6 +20,22 @@ AGENTS: dict[str, type[Agent]] = {
 }
 
 
+def check_agent_for_env(name: str, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
+    """Refuse an agent and env that disagree on who writes FamilyTool's KG extraction turn, before any
+    run (each episode would fail, or score 100% format errors)."""
+    extracting = env_id == "FamilyTool-v0" and env_kwargs.get("kg") == "extract"
+    if AGENTS[name].writes_kg_extraction and not extracting:
+        raise ConfigError(
+            f"--agent {name} writes a KG extraction turn first: run it on FamilyTool-v0 with "
+            "--env-arg kg=extract"
+        )
+    if extracting and not AGENTS[name].writes_kg_extraction:
+        raise ConfigError(
+            f"FamilyTool-v0 with kg=extract reads the first turn as KG extraction text, which --agent {name} "
+            "does not write: use --agent kgetool, or another kg mode (gold, none, full, tools)"
+        )
+
+
 def agent_factory(name: str, client: ModelClient, options: Mapping[str, Any]) -> Callable[[], Agent]:
     """A function making a fresh agent per episode; unknown names or options fail here, before any run."""
     if name not in AGENTS:

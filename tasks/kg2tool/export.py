@@ -483,9 +483,10 @@ def _alpaca_turn(text: str, position: int, where: str) -> tuple[str, str]:
 
 def write_export(records: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     """Write records as one JSON array (a ``.json`` path, as Alpaca and ShareGPT files usually are, the
-    bytes of ``json.dumps(records, indent=1)``) or as JSON Lines (any other suffix); returns how many were
-    written. Records are written as they come (an export can be hundreds of MB), into a file renamed to
-    ``path`` once complete, so an interrupted export leaves no partial file under that name."""
+    bytes of ``json.dumps(records, ensure_ascii=False, indent=1)``) or as JSON Lines (any other suffix);
+    returns how many were written. Records are written as they come (an export can be hundreds of MB),
+    into a file renamed to ``path`` once complete, so an interrupted export leaves no partial file under
+    that name."""
     target = Path(path)
     partial = target.with_name(f"{target.name}.partial")
     array = target.suffix == ".json"

@@ -53,6 +53,7 @@ class KGEToolAgent(Agent):
     """KGETool over any model; options are the CLI's ``--agent-arg`` values."""
 
     name = "kgetool"
+    writes_kg_extraction = True
 
     def __init__(
         self,
