@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
+import threading
 
 import pytest
 
@@ -279,3 +282,19 @@ def test_an_interrupted_export_leaves_no_file_under_its_name(tmp_path):
         write_export(records_then_a_failure(), tmp_path / "data.json")
     assert (tmp_path / "data.json").read_text() == "the previous export\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["data.json"]
+
+
+def test_an_export_to_a_pipe_is_written_through_and_a_link_keeps_pointing_at_its_file(tmp_path):
+    pipe = tmp_path / "pipe.jsonl"
+    os.mkfifo(pipe)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(pipe.read_text(encoding="utf-8")))
+    reader.start()
+    assert write_export(iter(RECORDS), pipe) == 2
+    reader.join(timeout=30)
+    assert [json.loads(line) for line in received[0].splitlines()] == RECORDS
+    assert stat.S_ISFIFO(pipe.stat().st_mode)
+    (tmp_path / "real.json").write_text("old\n")
+    (tmp_path / "link.json").symlink_to(tmp_path / "real.json")
+    assert write_export(iter(RECORDS), tmp_path / "link.json") == 2
+    assert (tmp_path / "link.json").is_symlink() and read_export(tmp_path / "real.json") == RECORDS

@@ -148,6 +148,8 @@ def test_a_second_run_on_a_folder_being_written_is_refused(tmp_path: Path) -> No
         try:
             with pytest.raises(ConfigError, match="being written by another run"):
                 run(server, out, limit=2, resume=True)
+            with pytest.raises(ConfigError, match="being written by another run"):  # not "pass --resume"
+                run(server, out, limit=2)
         finally:
             first.close()
         run(server, out, limit=2, resume=True)

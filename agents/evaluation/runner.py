@@ -37,6 +37,7 @@ import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.evaluation.provenance import finish_provenance, start_provenance
 from hopgym.agents.evaluation.records import (
     EPISODES_FILE,
+    LOCK_FILE,
     EpisodeRecord,
     EpisodeWriter,
     check_resumable,
@@ -386,6 +387,8 @@ class EvalRun:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         if self.config.retry_errors and not self.config.resume:
             raise ConfigError("--retry-errors redoes failed episodes of an existing run: add --resume")
+        if (self.out / LOCK_FILE).exists():  # a run still writing the folder is named as such
+            lock_run_folder(self.out).close()
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
@@ -450,13 +453,14 @@ class EvalRun:
             selected = self._select(chat_env(first_env).tasks)
             executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
+            keys = {(task_id, sample) for _, task_id, sample in selected}
             if self.config.retry_errors:
-                keys = {(task_id, sample) for _, task_id, sample in selected}
                 previous = drop_failed_episodes(self.episodes_path, previous, keys)
             done = {episode_key(record) for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:
-                self._count(record)
+                if episode_key(record) in keys:  # the progress bar counts this run's episodes only
+                    self._count(record)
             bar = tqdm(
                 total=len(selected),
                 initial=len(selected) - len(pending),
@@ -514,11 +518,12 @@ def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
         return 0, None
     cause = one_line(Counter(str(record["error"]) for record in failed).most_common(1)[0][0])
     counted = f"{len(failed)} of {len(records)} episodes failed"
+    again = "; once fixed, --resume --retry-errors runs them again"
     if not any((record.get("agent") or {}).get("model_turns") for record in records):
-        return 1, f"no episode reached the model ({counted}): {cause}"
+        return 1, f"no episode reached the model ({counted}): {cause}{again}"
     if len(failed) == len(records):
-        return 1, f"every episode failed ({counted}): {cause}"
-    return 0, f"{counted} (see 'error' in {EPISODES_FILE}); the most common cause: {cause}"
+        return 1, f"every episode failed ({counted}): {cause}{again}"
+    return 0, f"{counted} (see 'error' in {EPISODES_FILE}); the most common cause: {cause}{again}"
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)

@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import pairwise
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import IO, Any, TypedDict
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.prompts import load_prompts
@@ -486,28 +486,41 @@ def write_export(records: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     bytes of ``json.dumps(records, ensure_ascii=False, indent=1)``) or as JSON Lines (any other suffix);
     returns how many were written. Records are written as they come (an export can be hundreds of MB),
     into a file renamed to ``path`` once complete, so an interrupted export leaves no partial file under
-    that name."""
+    that name (a symlink's file is replaced, not the link; a device or pipe, e.g. /dev/stdout, is written
+    through)."""
     target = Path(path)
-    partial = target.with_name(f"{target.name}.partial")
     array = target.suffix == ".json"
-    count = 0
+    if target.exists() and not target.is_file():
+        try:
+            with target.open("w", encoding="utf-8") as handle:
+                return _write_rows(handle, records, array)
+        except OSError as exc:
+            raise DataError(f"cannot write the export to {target}: {exc}") from exc
+    final = target.resolve()
+    partial = final.with_name(f"{final.name}.partial")
     try:
         with partial.open("w", encoding="utf-8") as handle:
-            for row in records:
-                if array:  # an array element of indent=1: each line of the record one space in
-                    element = json.dumps(row, ensure_ascii=False, indent=1).replace("\n", "\n ")
-                    handle.write(("[\n " if count == 0 else ",\n ") + element)
-                else:
-                    handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
-                count += 1
-            if array:
-                handle.write("\n]\n" if count else "[]\n")
-        partial.replace(target)
+            count = _write_rows(handle, records, array)
+        partial.replace(final)
     except BaseException as exc:  # interrupted or failed: the partial file goes, a previous export stays
         partial.unlink(missing_ok=True)
         if isinstance(exc, OSError):
             raise DataError(f"cannot write the export to {target}: {exc}") from exc
         raise
+    return count
+
+
+def _write_rows(handle: IO[str], records: Iterable[Mapping[str, Any]], array: bool) -> int:
+    count = 0
+    for row in records:
+        if array:  # an array element of indent=1: each line of the record one space in
+            element = json.dumps(row, ensure_ascii=False, indent=1).replace("\n", "\n ")
+            handle.write(("[\n " if count == 0 else ",\n ") + element)
+        else:
+            handle.write(json.dumps(row, ensure_ascii=False, sort_keys=True) + "\n")
+        count += 1
+    if array:
+        handle.write("\n]\n" if count else "[]\n")
     return count
 
 
