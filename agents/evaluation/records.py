@@ -72,6 +72,11 @@ def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:
     return records
 
 
+def record_line(record: Mapping[str, Any]) -> str:
+    """A record as its line of an episodes file."""
+    return json.dumps(record, ensure_ascii=False, default=repr) + "\n"
+
+
 def lock_run_folder(folder: Path) -> IO[str]:
     """An exclusive lock on a run folder for as long as the returned file is open: a second run on it (a
     ``--resume`` while the first still runs) is refused instead of writing records beside it."""
@@ -97,7 +102,7 @@ def drop_failed_episodes(
         fresh = path.with_name(f"{path.name}.retry")
         with fresh.open("w", encoding="utf-8") as handle:
             for record in kept:
-                handle.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
+                handle.write(record_line(record))
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(fresh, path)
@@ -130,7 +135,7 @@ class EpisodeWriter:
         self._handle: IO[str] = path.open("a", encoding="utf-8")
 
     def write(self, record: Mapping[str, Any]) -> None:
-        self._handle.write(json.dumps(record, ensure_ascii=False, default=repr) + "\n")
+        self._handle.write(record_line(record))
         self._handle.flush()
 
     def close(self) -> None:

@@ -475,8 +475,7 @@ class EvalRun:
         finally:
             first_env.close()
             self._runner.shutdown()
-        wanted = {(task_id, sample) for _, task_id, sample in selected}
-        recorded = wanted & {episode_key(record) for record in read_episodes(self.episodes_path)}
+        recorded = keys & {episode_key(record) for record in read_episodes(self.episodes_path)}
         self._provenance = finish_provenance(self._provenance, len(recorded))
         self._write_run_file()
         return self.write_summary()
