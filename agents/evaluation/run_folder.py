@@ -108,6 +108,18 @@ def _checked(path: Path, fd: int) -> int:
     return fd
 
 
+def check_files(folder: Path, names: Iterable[str]) -> None:
+    """Refuse ``folder`` if any of ``names`` in it is something other than a regular file (before a run
+    that will write them starts; the writes check again)."""
+    for name in names:
+        try:
+            mode = os.lstat(folder / name).st_mode
+        except (FileNotFoundError, NotADirectoryError):
+            continue
+        if not stat.S_ISREG(mode):
+            raise _refused(folder / name, _kind(mode))
+
+
 def exists(path: Path) -> bool:
     """Whether the folder holds an entry named ``path.name`` (of any kind: a link counts, unfollowed)."""
     return os.path.lexists(path)

@@ -45,7 +45,7 @@ from hopgym.agents.evaluation.records import (
     lock_run_folder,
     read_episodes,
 )
-from hopgym.agents.evaluation.run_folder import exists, read_json, write_json, write_text
+from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
@@ -387,6 +387,7 @@ class EvalRun:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         if self.config.retry_errors and not self.config.resume:
             raise ConfigError("--retry-errors redoes failed episodes of an existing run: add --resume")
+        check_files(self.out, (RUN_FILE, EPISODES_FILE, SUMMARY_JSON, SUMMARY_MD, LOCK_FILE))
         if exists(self.out / LOCK_FILE):  # a run still writing the folder is named as such
             lock_run_folder(self.out).close()
         identity = self.config.run_identity()
@@ -399,8 +400,9 @@ class EvalRun:
         self._provenance = start_provenance(chat_env(env), expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock = lock_run_folder(self.out)  # released when run() ends
+        previous_records = read_episodes(self.episodes_path, repair=True)  # a damaged file: refused here
         self._write_run_file()
-        return read_episodes(self.episodes_path, repair=True)
+        return previous_records
 
     def _write_run_file(self) -> None:
         run = {**self.config.run_identity(), "provenance": self._provenance}

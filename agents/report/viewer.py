@@ -256,10 +256,16 @@ class _DeadlineSocketIO(socket.SocketIO):
         return super().readinto(buffer)
 
 
-def open_viewer(folders: Sequence[Path], port: int = 0) -> ViewerServer:
+def open_viewer(
+    folders: Sequence[Path],
+    port: int = 0,
+    connection_timeout: float = CONNECTION_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+) -> ViewerServer:
     """A viewer server over these run folders (each read once now: a bad folder fails before serving)."""
     names = run_names(folders)
-    return ViewerServer([RunSource(folder, name) for folder, name in zip(folders, names, strict=True)], port)
+    sources = [RunSource(folder, name) for folder, name in zip(folders, names, strict=True)]
+    return ViewerServer(sources, port, connection_timeout, max_connections)
 
 
 class _Handler(BaseHTTPRequestHandler):
