@@ -93,7 +93,8 @@ def get(
     ``url`` (``token=""``), another one, or none (``None``) added to its query."""
     address = urlsplit(url)
     if token is not None:
-        path += ("&" if "?" in path else "?") + urlencode({"token": token or parse_qs(address.query)["token"][0]})
+        token = token or parse_qs(address.query)["token"][0]
+        path += ("&" if "?" in path else "?") + urlencode({"token": token})
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
     try:
         connection.putrequest("GET", path, skip_host=True)

@@ -379,7 +379,7 @@ class EvalRun:
         self._correct = 0
         self._errors = 0
         self._provenance: dict[str, Any] = {}
-        self._lock: IO[str] | None = None
+        self._lock: IO[bytes] | None = None
 
     # -- preparation -------------------------------------------------------------------------------
 

@@ -274,7 +274,6 @@ class _Handler(BaseHTTPRequestHandler):
     deadline = 0.0
 
     def setup(self) -> None:
-        self.timeout = self.server.connection_timeout
         super().setup()
         self.rfile.close()  # the plain reader: its reference would keep the socket open after close
         self.rfile = io.BufferedReader(_DeadlineSocketIO(self.connection, self))
