@@ -98,9 +98,9 @@ def viewed_episodes(command: list[str], cwd: Path) -> int:
     viewer = subprocess.Popen(hopgym(*command[1:]), cwd=cwd, stdout=subprocess.PIPE, text=True)
     try:
         assert viewer.stdout is not None
-        found = re.search(r"http://127\.0\.0\.1:\d+/", viewer.stdout.readline())
+        found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=[\w-]+)", viewer.stdout.readline())
         assert found, "hopgym view did not print its URL"
-        with urllib.request.urlopen(found.group(0) + "api/runs", timeout=30) as response:
+        with urllib.request.urlopen(found.group(1) + "api/runs" + found.group(2), timeout=30) as response:
             (run,) = json.load(response)
         return int(run["episodes"])
     finally:

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 
@@ -72,12 +72,13 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def viewer(runs: Path) -> Iterator[str]:
-    """The URL printed by a real ``hopgym view tried baseline`` process (stopped by SIGTERM afterwards)."""
+    """The URL printed by a real ``hopgym view tried baseline`` process, token included (stopped by SIGTERM
+    afterwards)."""
     command = [sys.executable, "-m", "hopgym.cli", "view", str(runs / "tried"), str(runs / "baseline")]
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         line = process.stdout.readline() if process.stdout else ""
-        found = re.search(r"http://127\.0\.0\.1:\d+/", line)
+        found = re.search(r"http://127\.0\.0\.1:\d+/\?token=[\w-]+", line)
         assert found, f"no URL printed: {line!r}, stderr: {process.stderr.read() if process.stderr else ''}"
         yield found.group(0)
     finally:
@@ -85,9 +86,15 @@ def viewer(runs: Path) -> Iterator[str]:
         assert process.wait(timeout=30) == 0
 
 
-def get(url: str, path: str, host: str | None = None) -> tuple[int, bytes, http.client.HTTPMessage]:
-    """GET ``path`` sent exactly as given (no client-side normalization of ``..``)."""
+def get(
+    url: str, path: str, host: str | None = None, token: str | None = ""
+) -> tuple[int, bytes, http.client.HTTPMessage]:
+    """GET ``path`` sent exactly as given (no client-side normalization of ``..``), with the token of
+    ``url`` (``token=""``), another one, or none (``None``) added to its query."""
     address = urlsplit(url)
+    if token is not None:
+        token = token or parse_qs(address.query)["token"][0]
+        path += ("&" if "?" in path else "?") + urlencode({"token": token})
     connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
     try:
         connection.putrequest("GET", path, skip_host=True)
@@ -170,9 +177,11 @@ def test_a_run_is_read_again_when_its_episodes_change(runs: Path, tmp_path: Path
             assert [(o["task_id"], o["sample"]) for o in run["outlines"]][-1] == (record["task_id"], 1)
             assert run["episodes"] == 4
             with (folder / "episodes.jsonl").open("a") as episodes:
-                episodes.write("ten\n")  # the half-written line ends damaged
-            status, body, _ = get(server.url, "/api/runs")
-            assert status == 500 and "is not a JSON record" in json.loads(body)["error"]
+                episodes.write("ten\n")  # the half-written line ends damaged: named and skipped
+            (run,) = get_json(server.url, "/api/runs")
+            assert run["episodes"] == 4
+            (skipped,) = run["skipped"]
+            assert skipped.startswith(f"{folder / 'episodes.jsonl'}:5: not a JSON record")
         finally:
             server.shutdown()
 

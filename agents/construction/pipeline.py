@@ -34,7 +34,8 @@ from hopgym.agents.construction.stage_prompts import (
     refinement_prompt,
     retry_prompt,
 )
-from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable, read_episodes
+from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable
+from hopgym.agents.evaluation.run_folder import read_records
 from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
 from hopgym.errors import ConfigError
@@ -357,7 +358,8 @@ def _open_rows_file(out: Path, settings: Mapping[str, Any], resume: bool) -> dic
     out.parent.mkdir(parents=True, exist_ok=True)
     identity.write_text(json.dumps(dict(settings), indent=2) + "\n")
     return {
-        record["id"]: RowRecord.from_dict(record) for record in read_episodes(rows_path(out), repair=True)
+        record["id"]: RowRecord.from_dict(record)
+        for record in read_records(rows_path(out), resume=True).records
     }
 
 

@@ -2,19 +2,28 @@
 same for ``hopgym construct``'s finished rows).
 
 A run killed mid-write can leave a partial last line; reading for ``--resume`` drops it (and truncates
-the file to the last complete line) so the episode is redone once, never lost and never duplicated.
+the file to the last complete line) so the episode is redone once, never lost and never duplicated. The
+file is untrusted input (:mod:`hopgym.agents.evaluation.run_folder`): a malformed record is skipped by
+readers and refused by ``--resume``.
 """
 
 from __future__ import annotations
 
 import fcntl
-import json
-import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import IO, Any, NotRequired, TypedDict
 
-from hopgym.errors import ConfigError, DataError
+from hopgym.agents.evaluation.run_folder import (
+    RecordsRead,
+    exists,
+    json_bytes,
+    open_append,
+    read_json,
+    read_records,
+    replace_file,
+)
+from hopgym.errors import ConfigError
 
 EPISODES_FILE = "episodes.jsonl"
 LOCK_FILE = "run.lock"
@@ -52,35 +61,77 @@ class EpisodeRecord(TypedDict):
     """The Ray node that ran the episode (``--executor ray``)."""
 
 
+_SCALAR_FIELDS: dict[str, tuple[type, ...]] = {
+    "task_id": (str, int),
+    "index": (int,),
+    "sample": (int, type(None)),
+    "seed": (int, type(None)),
+    "reward": (int, float, type(None)),
+    "correct": (bool, type(None)),
+    "turns": (int,),
+    "parallel_turns": (int, type(None)),
+    "hops": (int, type(None)),
+    "calls": (list, type(None)),
+    "metrics": (dict, type(None)),
+    "agent": (dict, type(None)),
+    "messages": (list, type(None)),
+    "error": (str, type(None)),
+    "protocol": (str, type(None)),
+}
+"""The type of each record field that summaries, reports and the viewer compute with."""
+_AGENT_COUNTS = (
+    "parse_failures",
+    "raw_json_tool_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cut_off_replies",
+)
+
+
+def episode_problem(record: dict[str, Any]) -> str | None:
+    """What makes ``record`` unusable as an episode record (None: nothing): a field that readers compute
+    with holding another type (a string ``sample``, a number as ``calls``, ...)."""
+    if "task_id" not in record:
+        return "no task_id"
+    for key, types in _SCALAR_FIELDS.items():
+        if key in record and not isinstance(record[key], types):
+            return f"its {key} is a JSON {type(record[key]).__name__}"
+    for call in record.get("calls") or ():
+        errors = call.get("errors") if isinstance(call, dict) else None
+        if not isinstance(call, dict) or not isinstance(call.get("status", ""), str):
+            return "a call record that is no object with a string status"
+        if not isinstance(errors, (list, type(None))) or not all(isinstance(e, str) for e in errors or ()):
+            return "a call record whose errors are not a list of strings"
+    agent = record.get("agent") or {}
+    if any(not isinstance(agent.get(key, 0), (int, float)) for key in _AGENT_COUNTS):
+        return "an agent count that is not a number"
+    return None
+
+
+def read_episode_file(path: Path, repair: bool = False) -> RecordsRead:
+    """The episode records of a run folder's episodes file and the malformed ones skipped; with ``repair``
+    (``--resume``) a malformed record is refused instead and a partial last line cut off
+    (:func:`hopgym.agents.evaluation.run_folder.read_records`)."""
+    return read_records(path, episode_problem, resume=repair)
+
+
 def read_episodes(path: Path, repair: bool = False) -> list[dict[str, Any]]:
-    """Every complete record of an episodes file; with ``repair``, a partial last line is cut off."""
-    if not path.exists():
-        return []
-    data = path.read_bytes()
-    complete_end = data.rfind(b"\n") + 1
-    records = []
-    for number, line in enumerate(data[:complete_end].splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise DataError(f"{path}:{number} is not a JSON record ({exc.msg}); the file is damaged") from exc
-    if repair and complete_end < len(data):
-        with path.open("r+b") as handle:
-            handle.truncate(complete_end)
-    return records
+    """Every well-formed record of an episodes file (each malformed one logged as a warning and skipped);
+    with ``repair``, see :func:`read_episode_file`."""
+    read = read_episode_file(path, repair)
+    read.warn()
+    return read.records
 
 
-def record_line(record: Mapping[str, Any]) -> str:
-    """A record as its line of an episodes file."""
-    return json.dumps(record, ensure_ascii=False, default=repr) + "\n"
+def record_line(record: Mapping[str, Any]) -> bytes:
+    """A record as its line of an episodes file (:func:`json_bytes`: what is written reads back)."""
+    return json_bytes(record) + b"\n"
 
 
-def lock_run_folder(folder: Path) -> IO[str]:
+def lock_run_folder(folder: Path) -> IO[bytes]:
     """An exclusive lock on a run folder for as long as the returned file is open: a second run on it (a
     ``--resume`` while the first still runs) is refused instead of writing records beside it."""
-    handle = (folder / LOCK_FILE).open("a", encoding="utf-8")
+    handle = open_append(folder / LOCK_FILE)
     try:
         fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -95,17 +146,12 @@ def drop_failed_episodes(
     path: Path, records: list[dict[str, Any]], keys: set[tuple[str, int]]
 ) -> list[dict[str, Any]]:
     """``records`` (the file's, as read) without those of the episodes ``keys`` that hold an ``error``,
-    written back in their place (a new file renamed over the old: an interrupted rewrite leaves the old
-    file whole). Failed episodes outside ``keys`` (a smaller ``--limit``) keep their records."""
+    written back in their place (:func:`replace_file`: an interrupted rewrite leaves the old file whole,
+    nothing is written through a link). Failed episodes outside ``keys`` (a smaller ``--limit``) keep
+    their records."""
     kept = [record for record in records if record.get("error") is None or episode_key(record) not in keys]
     if len(kept) < len(records):
-        fresh = path.with_name(f"{path.name}.retry")
-        with fresh.open("w", encoding="utf-8") as handle:
-            for record in kept:
-                handle.write(record_line(record))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(fresh, path)
+        replace_file(path, (record_line(record) for record in kept))
     return kept
 
 
@@ -114,12 +160,12 @@ def check_resumable(
 ) -> None:
     """Refuse to start over the previous run ``name`` (its identity or progress file exists) without
     ``resume``, and to resume one made with other settings; writes nothing."""
-    if not (identity_file.exists() or progress_file.exists()):
+    if not (exists(identity_file) or exists(progress_file)):
         return
     if not resume:
         raise ConfigError(f"{name} already holds a run; pass --resume to continue it or pick a new --out")
-    if identity_file.exists():
-        previous = json.loads(identity_file.read_text())
+    previous = read_json(identity_file)
+    if previous is not None:
         different = sorted(key for key in identity if previous.get(key) != identity[key])
         if different:
             was = {key: previous.get(key) for key in different}
@@ -132,7 +178,7 @@ class EpisodeWriter:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._handle: IO[str] = path.open("a", encoding="utf-8")
+        self._handle = open_append(path)
 
     def write(self, record: Mapping[str, Any]) -> None:
         self._handle.write(record_line(record))

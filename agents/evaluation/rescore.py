@@ -9,13 +9,13 @@ prompts the model saw. The result is a new run folder that ``hopgym report`` rea
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from hopgym.agents.evaluation.provenance import now
 from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
 from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop import PROTOCOLS
@@ -26,10 +26,9 @@ RESCORABLE_ENVS = ("ToolHop-v0",)
 
 
 def _run_identity(folder: Path) -> dict[str, Any]:
-    run_file = folder / RUN_FILE
-    if not (folder / EPISODES_FILE).exists() or not run_file.exists():
+    identity = read_json(folder / RUN_FILE)
+    if not exists(folder / EPISODES_FILE) or identity is None:
         raise DataError(f"{folder} is not a run folder: it needs {EPISODES_FILE} and {RUN_FILE}")
-    identity = json.loads(run_file.read_text())
     if identity.get("env") not in RESCORABLE_ENVS:
         raise ConfigError(
             f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of {list(RESCORABLE_ENVS)}"
@@ -81,5 +80,5 @@ def rescore_run(
     }
     run = {**identity, "env_kwargs": {**env_kwargs, "scorer": scorer, "protocol": protocol}}
     run["provenance"] = provenance
-    (out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+    write_json(out / RUN_FILE, run)
     return write_summary_files(out, records, {**run, "out": str(out)})

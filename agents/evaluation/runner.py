@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import signal
 import threading
 import time
@@ -46,6 +45,7 @@ from hopgym.agents.evaluation.records import (
     lock_run_folder,
     read_episodes,
 )
+from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
@@ -379,7 +379,7 @@ class EvalRun:
         self._correct = 0
         self._errors = 0
         self._provenance: dict[str, Any] = {}
-        self._lock: IO[str] | None = None
+        self._lock: IO[bytes] | None = None
 
     # -- preparation -------------------------------------------------------------------------------
 
@@ -387,7 +387,8 @@ class EvalRun:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         if self.config.retry_errors and not self.config.resume:
             raise ConfigError("--retry-errors redoes failed episodes of an existing run: add --resume")
-        if (self.out / LOCK_FILE).exists():  # a run still writing the folder is named as such
+        check_files(self.out, (RUN_FILE, EPISODES_FILE, SUMMARY_JSON, SUMMARY_MD, LOCK_FILE))
+        if exists(self.out / LOCK_FILE):  # a run still writing the folder is named as such
             lock_run_folder(self.out).close()
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
@@ -395,17 +396,17 @@ class EvalRun:
     def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
         """Create the run folder (options and data are checked by now) with its run.json (identity and
         provenance); return the records already there."""
-        run_file = self.out / RUN_FILE
-        previous = json.loads(run_file.read_text()).get("provenance") if run_file.exists() else None
+        previous = (read_json(self.out / RUN_FILE) or {}).get("provenance")
         self._provenance = start_provenance(chat_env(env), expected, previous)
         self.out.mkdir(parents=True, exist_ok=True)
         self._lock = lock_run_folder(self.out)  # released when run() ends
+        previous_records = read_episodes(self.episodes_path, repair=True)  # a damaged file: refused here
         self._write_run_file()
-        return read_episodes(self.episodes_path, repair=True)
+        return previous_records
 
     def _write_run_file(self) -> None:
         run = {**self.config.run_identity(), "provenance": self._provenance}
-        (self.out / RUN_FILE).write_text(json.dumps(run, indent=2) + "\n")
+        write_json(self.out / RUN_FILE, run)
 
     def _executor(self, first_env: gym.Env) -> Executor:
         if self.config.executor == "ray":
@@ -503,9 +504,9 @@ def write_summary_files(
 ) -> dict[str, Any]:
     """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
     summary = summarize(records, run=run)
-    (out / SUMMARY_JSON).write_text(json.dumps(summary, indent=2) + "\n")
+    write_json(out / SUMMARY_JSON, summary)
     table = markdown_table({run_title(summary): summary})
-    (out / SUMMARY_MD).write_text(f"# {run_title(summary)}\n\n{table}\n")
+    write_text(out / SUMMARY_MD, f"# {run_title(summary)}\n\n{table}\n")
     return summary
 
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.agents.evaluation.records import EPISODES_FILE, episode_key, read_episodes
+from hopgym.agents.evaluation.run_folder import read_document, read_json
 from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError
@@ -111,23 +112,21 @@ class RunFiles:
     episodes: list[dict[str, float]]
     """One row per episode, in task order (then sample)."""
     summary: dict[str, float]
-    artifacts: list[Path]
+    artifacts: dict[str, str]
+    """The run folder's files by name, as read: a tracker copies no file by path (no link followed)."""
 
     @classmethod
     def read(cls, folder: Path) -> RunFiles:
-        summary_path = folder / SUMMARY_JSON
-        if not summary_path.exists():
+        summary = read_json(folder / SUMMARY_JSON)
+        if summary is None:
             raise DataError(f"{folder} has no {SUMMARY_JSON}: only a finished run can be tracked")
-        summary = json.loads(summary_path.read_text())
-        run_file = folder / RUN_FILE
-        config = json.loads(run_file.read_text()) if run_file.exists() else summary.get("run") or {}
+        config = read_json(folder / RUN_FILE) or summary.get("run") or {}
         records = sorted(
             read_episodes(folder / EPISODES_FILE), key=lambda r: (r.get("index", 0), episode_key(r)[1])
         )
         numbers = flat_numbers({key: value for key, value in summary.items() if key != "run"})
-        artifacts = [
-            folder / name for name in (RUN_FILE, SUMMARY_JSON, SUMMARY_MD) if (folder / name).exists()
-        ]
+        texts = {name: read_document(folder / name) for name in (RUN_FILE, SUMMARY_JSON, SUMMARY_MD)}
+        artifacts = {name: text.decode(errors="replace") for name, text in texts.items() if text is not None}
         return cls(folder.resolve().name, config, [episode_metrics(r) for r in records], numbers, artifacts)
 
 
@@ -196,8 +195,8 @@ def _log_mlflow(files: RunFiles, target: str | None) -> str:
         for start in range(0, len(params), 100):
             client.log_batch(run_id, params=params[start : start + 100])
         client.log_batch(run_id, tags=[RunTag("hopgym.episodes", str(len(files.episodes)))])
-        for path in files.artifacts:
-            client.log_artifact(run_id, str(path))
+        for name, text in files.artifacts.items():
+            client.log_text(run_id, text, name)
     except BaseException:
         client.set_terminated(run_id, status="FAILED")
         raise

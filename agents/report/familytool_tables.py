@@ -6,12 +6,12 @@ reading the env scored with (``official`` by default), and print x100 with two d
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.run_folder import read_json
 from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.envs.familytool_metrics import aggregate_metrics
 
@@ -50,10 +50,9 @@ def familytool_tables(records: Sequence[Mapping[str, Any]], run: Mapping[str, An
 
 def familytool_tables_for_run(out: Path) -> str | None:
     """The tables of a finished run folder, or None when the run is not on FamilyTool-v0."""
-    run_file = Path(out) / RUN_FILE
-    if not run_file.exists():
+    run = read_json(Path(out) / RUN_FILE)
+    if run is None:
         return None
-    run = json.loads(run_file.read_text())
     if run.get("env") not in (FAMILYTOOL_ENV, f"hopgym:{FAMILYTOOL_ENV}"):
         return None
     return familytool_tables(read_episodes(Path(out) / EPISODES_FILE), run)

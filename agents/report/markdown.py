@@ -17,7 +17,8 @@ from typing import Any
 
 from hopgym.agents.evaluation.feedback_flips import feedback_flips
 from hopgym.agents.evaluation.provenance import comparison_warnings, incomplete_note
-from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.records import EPISODES_FILE, read_episode_file
+from hopgym.agents.evaluation.run_folder import exists, read_json
 from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
@@ -40,6 +41,8 @@ class Run:
     settings: dict[str, Any]
     records: list[dict[str, Any]]
     summary: dict[str, Any]
+    skipped: list[str]
+    """``file:line: why`` of each malformed record left out of ``records``."""
 
     @property
     def provenance(self) -> dict[str, Any]:
@@ -74,12 +77,12 @@ def _simple(value: Any) -> bool:
 
 
 def load_run(folder: Path, name: str | None = None) -> Run:
-    """Read a run folder written by ``hopgym eval``; the summary is recomputed from its episodes."""
+    """Read a run folder written by ``hopgym eval``; the summary is recomputed from its episodes (a
+    malformed one is skipped and named in ``skipped``)."""
     episodes = folder / EPISODES_FILE
-    if not episodes.exists():
+    if not exists(episodes):
         raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
-    run_file = folder / RUN_FILE
-    identity = json.loads(run_file.read_text()) if run_file.exists() else {}
+    identity = read_json(folder / RUN_FILE) or {}
     env_kwargs = {
         **(_env_defaults(identity["env"]) if identity.get("env") else {}),
         **identity.get("env_kwargs", {}),
@@ -88,8 +91,9 @@ def load_run(folder: Path, name: str | None = None) -> Run:
     settings.update({key: value for key, value in env_kwargs.items() if _simple(value)})
     if not feedback_applies(settings):
         settings.pop("feedback", None)  # not the env's default: the run is filed under no feedback mode
-    records = read_episodes(episodes)
-    return Run(name or folder.name, settings, records, summarize(records, run=identity))
+    read = read_episode_file(episodes)
+    summary = summarize(read.records, run=identity)
+    return Run(name or folder.name, settings, read.records, summary, read.skipped)
 
 
 def run_names(folders: Sequence[Path]) -> list[str]:

@@ -2,19 +2,30 @@
 
 A standard-library HTTP server answers three kinds of path: the page itself (a fixed set of files shipped
 in ``viewer_static``), a JSON API (the runs with one outline per episode, and one episode's whole record),
-and the files inside the run folders it was given (nothing outside them: a path that resolves elsewhere is
-refused). Episode content is model and tool output, so the page puts it in the DOM as text only and every
-response carries a Content-Security-Policy that runs no inline script. A ``Host`` other than the server's
-own address is refused, so a web page elsewhere cannot read runs through DNS rebinding.
+and the regular files inside the run folders it was given (opened without following any link and checked
+once open, so swapping a file for a link while it is served serves nothing outside). Episode content is
+model and tool output, so the page puts it in the DOM as text only and every response carries a
+Content-Security-Policy that runs no inline script. A ``Host`` other than the server's own address is
+refused, so a web page elsewhere cannot read runs through DNS rebinding, and so is any request for run data
+without the random token of the printed URL (as Jupyter does), so another local user cannot read them.
+Each connection must send its next request within :data:`CONNECTION_TIMEOUT` seconds (else it is closed)
+and at most :data:`MAX_CONNECTIONS` are served at once: idle or slow clients cannot pin threads.
 
 Run folders are read with the report's reader and read again when ``episodes.jsonl`` changes, so a run
-still in progress can be watched.
+still in progress can be watched; a malformed record is skipped and named on the page, and a run that
+cannot be read is shown as such beside the others.
 """
 
 from __future__ import annotations
 
+import hmac
+import io
 import json
+import os
+import secrets
+import socket
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -25,6 +36,7 @@ from urllib.parse import parse_qs, unquote, urlsplit
 
 from hopgym.agents.evaluation.provenance import incomplete_note
 from hopgym.agents.evaluation.records import EPISODES_FILE
+from hopgym.agents.evaluation.run_folder import json_bytes, open_in_folder
 from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report.markdown import Run, load_run, run_names
@@ -32,6 +44,13 @@ from hopgym.errors import ConfigError, HopgymError, one_line
 
 HOST = "127.0.0.1"
 STATIC_FILES = {"/": "index.html", "/viewer.js": "viewer.js", "/viewer.css": "viewer.css"}
+PUBLIC_PATHS = ("/viewer.js", "/viewer.css")
+"""The page's code and style: no run data, so served without the token (the page itself needs it)."""
+CONNECTION_TIMEOUT = 20.0
+"""Seconds a connection has to send its next request (headers complete) or to take a response."""
+MAX_CONNECTIONS = 32
+"""Connections served at once (a thread each); one more is closed at once."""
+_SEND_CHUNK = 2**20
 _CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
@@ -107,7 +126,10 @@ class RunSource:
 
     def run(self) -> Run:
         """The run as read last, read again first if its episodes file has changed since."""
-        stat = (self.folder / EPISODES_FILE).stat() if (self.folder / EPISODES_FILE).exists() else None
+        try:
+            stat = os.lstat(self.folder / EPISODES_FILE)
+        except FileNotFoundError:
+            stat = None
         stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
         with self._lock:
             if self._run is None or stamp != self._stamp:
@@ -116,8 +138,22 @@ class RunSource:
             return self._run
 
     def overview(self) -> dict[str, Any]:
-        """The run's name, settings line, headline numbers and the outline of every episode."""
-        run = self.run()
+        """The run's name, settings line, headline numbers, the outline of every episode and the malformed
+        records skipped; for a run that cannot be read (its folder changed since it was first read), its
+        name and why, so the other runs are still served."""
+        try:
+            run = self.run()
+        except Exception as exc:
+            why = one_line(str(exc) if isinstance(exc, HopgymError) else f"{type(exc).__name__}: {exc}")
+            return {
+                "name": self.name,
+                "folder": str(self.folder),
+                "title": self.name,
+                "error": why,
+                "files": [],
+                "skipped": [],
+                "outlines": [],
+            }
         summary = run.summary
         provenance = run.provenance
         return {
@@ -131,6 +167,7 @@ class RunSource:
             if not provenance or provenance.get("complete")
             else incomplete_note(provenance),
             "files": [name for name in RUN_FILES if (self.folder / name).is_file()],
+            "skipped": run.skipped,
             "outlines": [episode_outline(record) for record in run.records],
         }
 
@@ -145,20 +182,30 @@ class RunSource:
             None,
         )
 
-    def file(self, relative: str) -> Path | None:
-        """The file at ``relative`` inside this run folder; None for anything that resolves outside it
-        (``..``, an absolute path, a symlink out) or is not a regular file."""
-        candidate = (self.folder / relative).resolve()
-        if candidate != self.folder and candidate.is_relative_to(self.folder) and candidate.is_file():
-            return candidate
-        return None
+    def file(self, relative: str) -> int | None:
+        """A descriptor of the regular file at ``relative`` inside this run folder (the caller closes it);
+        None for anything else: a missing file, ``..``, an absolute path, a link on the way (never
+        followed), a FIFO or device."""
+        try:
+            return open_in_folder(self.folder, relative)
+        except (OSError, HopgymError):
+            return None
 
 
 class ViewerServer(ThreadingHTTPServer):
     """The viewer's HTTP server over ``sources``, bound to 127.0.0.1 (``port`` 0: a free one)."""
 
-    def __init__(self, sources: Sequence[RunSource], port: int = 0) -> None:
+    def __init__(
+        self,
+        sources: Sequence[RunSource],
+        port: int = 0,
+        connection_timeout: float = CONNECTION_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
+    ) -> None:
         self.sources = list(sources)
+        self.token = secrets.token_urlsafe(32)
+        self.connection_timeout = connection_timeout
+        self._slots = threading.BoundedSemaphore(max_connections)
         try:
             super().__init__((HOST, port), _Handler)
         except OSError as exc:
@@ -171,30 +218,90 @@ class ViewerServer(ThreadingHTTPServer):
 
     @property
     def url(self) -> str:
-        return f"http://{HOST}:{self.port}/"
+        """The page's address, token included: what ``hopgym view`` prints."""
+        return f"http://{HOST}:{self.port}/?token={self.token}"
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection in a thread of its own while fewer than ``max_connections`` are served,
+        else close it at once."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
 
-def open_viewer(folders: Sequence[Path], port: int = 0) -> ViewerServer:
+class _DeadlineSocketIO(socket.SocketIO):
+    """A connection's reading side whose every read waits at most until the handler's deadline, so a
+    client sending nothing, or a byte now and then, is dropped once it is over."""
+
+    def __init__(self, sock: socket.socket, handler: _Handler) -> None:
+        super().__init__(sock, "rb")
+        self._handler = handler
+
+    def readinto(self, buffer: Any) -> int | None:
+        remaining = self._handler.deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("the request did not arrive in time")
+        self._handler.connection.settimeout(remaining)
+        return super().readinto(buffer)
+
+
+def open_viewer(
+    folders: Sequence[Path],
+    port: int = 0,
+    connection_timeout: float = CONNECTION_TIMEOUT,
+    max_connections: int = MAX_CONNECTIONS,
+) -> ViewerServer:
     """A viewer server over these run folders (each read once now: a bad folder fails before serving)."""
     names = run_names(folders)
-    return ViewerServer([RunSource(folder, name) for folder, name in zip(folders, names, strict=True)], port)
+    sources = [RunSource(folder, name) for folder, name in zip(folders, names, strict=True)]
+    return ViewerServer(sources, port, connection_timeout, max_connections)
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: ViewerServer
     protocol_version = "HTTP/1.1"
+    deadline = 0.0
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # the plain reader: its reference would keep the socket open after close
+        self.rfile = io.BufferedReader(_DeadlineSocketIO(self.connection, self))
+
+    def handle_one_request(self) -> None:
+        self.deadline = time.monotonic() + self.server.connection_timeout
+        super().handle_one_request()
 
     def log_message(self, *args: Any) -> None:  # the terminal shows the URL, not a line per request
         pass
 
     def do_GET(self) -> None:
+        self.connection.settimeout(self.server.connection_timeout)  # for sending the response
         if self.headers.get("Host") not in self.server.allowed_hosts:
             self._send_json(HTTPStatus.FORBIDDEN, {"error": "unexpected Host header"})
+            return
+        if urlsplit(self.path).path not in PUBLIC_PATHS and not self._has_token():
+            message = "missing or wrong token: open the URL that hopgym view printed"
+            self._send_json(HTTPStatus.FORBIDDEN, {"error": message})
             return
         try:
             self._route()
         except HopgymError as exc:  # e.g. a run folder damaged since it was first read
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": one_line(str(exc))})
+
+    def _has_token(self) -> bool:
+        given = parse_qs(urlsplit(self.path).query).get("token", [""])[-1]
+        return hmac.compare_digest(given.encode(), self.server.token.encode())
 
     def _route(self) -> None:
         url = urlsplit(self.path)
@@ -229,26 +336,37 @@ class _Handler(BaseHTTPRequestHandler):
     def _run_file(self, rest: str) -> None:
         index, _, relative = rest.partition("/")
         source = self._source(index)
-        path = source.file(relative) if source and relative else None
-        if path is None:
+        fd = source.file(relative) if source and relative else None
+        if fd is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such file in the run folders served"})
-        else:
-            self._send(HTTPStatus.OK, path.read_bytes(), _content_type(path.name), FILE_POLICY)
+            return
+        with os.fdopen(fd, "rb") as handle:  # the file opened and checked is the one sent
+            size = os.fstat(fd).st_size
+            self._send_head(HTTPStatus.OK, size, _content_type(relative), FILE_POLICY)
+            while size > 0:
+                chunk = handle.read(min(size, _SEND_CHUNK))
+                if not chunk:  # cut short while sent: the client sees fewer bytes than announced
+                    self.close_connection = True
+                    return
+                self.wfile.write(chunk)
+                size -= len(chunk)
 
     def _send_json(self, status: HTTPStatus, payload: Any) -> None:
-        body = json.dumps(payload, ensure_ascii=False, default=repr).encode()
-        self._send(status, body, _CONTENT_TYPES[".json"], FILE_POLICY)
+        self._send(status, json_bytes(payload), _CONTENT_TYPES[".json"], FILE_POLICY)
 
     def _send(self, status: HTTPStatus, body: bytes, content_type: str, policy: str) -> None:
+        self._send_head(status, len(body), content_type, policy)
+        self.wfile.write(body)
+
+    def _send_head(self, status: HTTPStatus, length: int, content_type: str, policy: str) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Length", str(length))
         self.send_header("Content-Security-Policy", policy)
         self.send_header("X-Content-Type-Options", "nosniff")
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
-        self.wfile.write(body)
 
 
 def _content_type(name: str) -> str:

@@ -54,6 +54,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.ablation import ABLATIONS, ablation_markdown, run_ablation
     from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+    from hopgym.agents.evaluation.run_folder import write_text
     from hopgym.agents.evaluation.runner import run_verdict
     from hopgym.agents.evaluation.tracking import Tracker, log_run
 
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
     with eval_command.model_endpoint(args) as endpoint:
         summaries = run_ablation(name, eval_command.eval_config(args, endpoint, out, args.agent or "fc"))
     markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))
-    (out / "ablation.md").write_text(markdown)
+    write_text(out / "ablation.md", markdown)
     print(markdown)
     print(f"arms: {', '.join(str(out / arm) for arm in summaries)}")
     print(f"plots: hopgym report {' '.join(str(out / arm) for arm in summaries)} --out {out / 'report'}")

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
+import sys
 from pathlib import Path
 
 from hopgym.agents.evaluation.feedback_flips import ERROR_SETS
-from hopgym.errors import DataError
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -34,22 +33,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.provenance import comparison_warnings
-    from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.evaluation.runner import RUN_FILE
-    from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
-    from hopgym.agents.report.markdown import run_labels
+    from hopgym.agents.evaluation.summary import markdown_table, run_title
+    from hopgym.agents.report.markdown import load_run, run_labels
 
     summaries = {}
     for folder, name in zip(args.runs, run_labels(args.runs, args.label), strict=True):
-        episodes = folder / EPISODES_FILE
-        if not episodes.exists():
-            raise DataError(f"{folder} is not a run folder: it has no {EPISODES_FILE}")
-        run_file = folder / RUN_FILE
-        identity = json.loads(run_file.read_text()) if run_file.exists() else {}
         # Recomputed from the episodes, so an interrupted run reports what it has so far.
-        summary = summarize(read_episodes(episodes), run=identity)
-        summaries[name] = summary
-        print(f"{name}: {run_title(summary)}")
+        run = load_run(folder, name)
+        for skipped in run.skipped:
+            print(f"warning: skipped a malformed record: {skipped}", file=sys.stderr)
+        summaries[name] = run.summary
+        print(f"{name}: {run_title(run.summary)}")
     provenance = {name: summary["run"].get("provenance") or {} for name, summary in summaries.items()}
     for warning in comparison_warnings(provenance):
         print(f"warning: {warning}")

@@ -4,6 +4,8 @@
 // Content-Security-Policy runs no inline script besides.
 
 const STATE_KEYS = ["run", "compare", "outcome", "error", "hops", "task", "sample"];
+// The server answers only requests that carry the token of the URL it printed (as Jupyter's does).
+const TOKEN = new URLSearchParams(location.search).get("token") || "";
 const NO_ERROR = "(none)";
 let runs = [];
 let state = {};
@@ -35,6 +37,13 @@ function hashOf(changes) {
   const params = new URLSearchParams();
   for (const key of STATE_KEYS) if (next[key] !== "") params.set(key, next[key]);
   return "#" + params.toString();
+}
+
+// A server path with the token added to its query.
+function withToken(path) {
+  const url = new URL(path, location.origin);
+  url.searchParams.set("token", TOKEN);
+  return url.pathname + url.search;
 }
 
 function go(changes) {
@@ -76,13 +85,15 @@ function renderHeader(run) {
   setOptions(document.getElementById("run"), runs.map((r, i) => [String(i), r.name]), state.run);
   const others = runs.map((r, i) => [String(i), r.name]).filter(([i]) => i !== state.run);
   setOptions(document.getElementById("compare"), [["", "—"], ...others], state.compare);
-  const files = run.files.map((name) => el("a", { href: "/runs/" + state.run + "/" + name }, name));
+  const files = run.files.map((name) => el("a", { href: withToken("/runs/" + state.run + "/" + name) }, name));
   const info = el(
     "span",
     {},
     el("span", { class: "title" }, run.title),
     ` · ${percent(run.answer_correctness)} correct · ${run.episodes} episodes · ${run.errors} errored`,
     run.incomplete ? el("span", { class: "incomplete" }, " · incomplete: " + run.incomplete) : null,
+    run.error ? el("span", { class: "incomplete" }, " · unreadable: " + run.error) : null,
+    run.skipped.length ? el("span", { class: "incomplete" }, " · malformed records skipped: " + run.skipped.join("; ")) : null,
     " · ",
     files.flatMap((link, i) => (i ? [" ", link] : [link])),
   );
@@ -229,7 +240,7 @@ function episodeView(runIndex, record) {
 }
 
 async function fetchJson(url) {
-  const response = await fetch(url);
+  const response = await fetch(withToken(url));
   if (response.status === 404) return null;
   if (!response.ok) throw new Error(`${url}: HTTP ${response.status}`);
   return response.json();
