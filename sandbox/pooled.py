@@ -316,8 +316,12 @@ class PooledSandbox(Sandbox):
                 raise _StepLimitError(refusal)
             return {"status": "refused", "error": refusal}
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WorkerTimeoutError("the code block ran out of time")
+        if remaining <= 0:  # recorded: the hook has seen the call, and every call it saw has a record
+            error = "the code block ran out of time"
+            records.append(
+                {"name": name, "arguments": arguments, "status": "timeout", "value": None, "error": error}
+            )
+            raise WorkerTimeoutError(error)
         result = self._call(name, arguments, remaining)
         value, cut = bounded(result.value, kept)
         outcome = {"status": result.status, "value": value, "error": result.error}
