@@ -117,7 +117,10 @@ def test_a_code_block_of_object_floods_keeps_a_bounded_record(tmp_path: Path, sa
     cap): before the bound its records held ~72 MiB of host objects; now a few MiB, the overrunning call
     recorded cut, the block ended as a resource limit."""
     rows = write_rows(tmp_path / "rows.jsonl", row("echo", ECHO_SCHEMA, BENIGN, name="still_works"))
-    environment = ToolHopEnv(data_path=rows, sandbox=sandbox, scenario="free", protocol="hopgym")
+    # A deadline far past the flood's own time (~10 s under tracemalloc on a slow backend): the bound ends it.
+    environment = ToolHopEnv(
+        data_path=rows, sandbox=sandbox, scenario="free", protocol="hopgym", call_timeout=300
+    )
     compact = WORKER_GLOBALS + (
         "_g['encode_value'] = lambda v, cap: (json.dumps(v, separators=(',', ':')), False)\n"
         "for i in range(200):\n"
