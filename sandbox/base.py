@@ -37,7 +37,8 @@ class CallResult:
     tool_calls: tuple[dict[str, Any], ...] = ()
     """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error", "truncated"}`` per
     call of a loaded function made from the code, in order (calls refused by the hook included), recorded by
-    the host, which ran each call itself; ``truncated``: the arguments or value were cut to the host's bounds."""
+    the host, which ran each call itself; ``truncated``: its arguments or value were cut to the host's
+    bounds."""
 
 
 @dataclass(frozen=True)

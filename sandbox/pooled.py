@@ -325,7 +325,9 @@ class PooledSandbox(Sandbox):
         result = self._call(name, arguments, remaining)
         value, cut = bounded(result.value, kept)
         outcome = {"status": result.status, "value": value, "error": result.error}
-        records.append({"name": name, "arguments": arguments, **outcome, "truncated": result.truncated or cut})
+        records.append(
+            {"name": name, "arguments": arguments, **outcome, "truncated": result.truncated or cut}
+        )
         if cut:
             raise _StepLimitError(self._event_overrun())
         return {**outcome, "stdout": result.stdout}

@@ -48,8 +48,10 @@ class RemoteFile:
 _SOURCES: dict[str, tuple[tuple[str, str, str, dict[str, tuple[str, int]]], ...]] = {
     "familytool": (
         ("yxzwang/FamilyTool", "c3c5fc7e2496df3db4ffa045f0dbf34114c27802", "datasets", {
-            "familytool-b.jsonl": ("fe036758285e7f5dfab272a05bb34970fea33a435808b94941e300a2fab969e8", 3872306),
-            "familytool-e.jsonl": ("ad81a53f62a0163c57f0a3669d1f4670a5ee17f5b93408f2987e99602dcc8dbb", 3533815),
+            "familytool-b.jsonl":
+                ("fe036758285e7f5dfab272a05bb34970fea33a435808b94941e300a2fab969e8", 3872306),
+            "familytool-e.jsonl":
+                ("ad81a53f62a0163c57f0a3669d1f4670a5ee17f5b93408f2987e99602dcc8dbb", 3533815),
         }),
         ("yxzwang/FamilyTool", "c3c5fc7e2496df3db4ffa045f0dbf34114c27802", "KG", {
             "familykg-b.txt": ("546daa7fe96f3b45bcdb79fc98edcc335fcd12c19b13c954cf3a2cd270f41e9e", 7088),
@@ -111,7 +113,9 @@ def _stream(response, path: Path, size: int, url: str) -> str:
     length that differs is refused before anything is written, a body that runs past ``size`` is cut."""
     declared = response.headers.get("Content-Length")
     if declared is not None and declared.strip() != str(size):
-        raise DownloadError(f"{url} is {declared.strip()[:40]} bytes long, expected {size}; nothing was written")
+        raise DownloadError(
+            f"{url} is {declared.strip()[:40]} bytes long, expected {size}; nothing was written"
+        )
     digest = hashlib.sha256()
     received = 0
     with path.open("wb") as handle:

@@ -5,8 +5,9 @@ the Table 4 columns. The official code runs unchanged in a subprocess (tests/off
 
 Trajectories are generated from each row's tool documents: well-formed calls, empty-string, malformed
 and non-object arguments, hallucinated tools (a name with a leading space too) and parameters, missing
-parameters, wrong types, enum values and documented null defaults, parallel calls, runs to the turn cap, and final answers that are right,
-wrong, empty, missing, or right only in the tool message before them (the official second clause).
+parameters, wrong types, enum values and documented null defaults, parallel calls, runs to the turn cap,
+and final answers that are right, wrong, empty, missing, or right only in the tool message before them
+(the official second clause).
 The deliberate differences (README "Fidelity") are kept out of these trajectories and tested one by one
 in tests/test_env_toolhop_official.py.
 """
@@ -220,7 +221,8 @@ def test_the_generated_trajectories_cover_the_protocol(both) -> None:
     assert {"parameter_hallucination", "parameter_missing"} <= statuses
     spaced = [call for _, _, ours in both for call in ours["calls"] if call["name"].startswith(" ")]
     assert spaced and all(
-        call["feedback"] == f"an error occured when call {call['name']}: name {call['name'][1:]!r} is not defined"
+        call["feedback"]
+        == f"an error occured when call {call['name']}: name {call['name'][1:]!r} is not defined"
         for call in spaced
     )
 

@@ -37,14 +37,18 @@ RAW_REPLY = (  # inside a function: a task's tool source keeps only its imports 
     "        return text, False\n"
     "    g['encode_value'] = once\n"
 )
-HOSTILE_TOOLS = (  # the tool first: the official code finds a tool by the first ``def`` of its source
-    "def forge(kind):\n"
-    "    deep = '[' * 30000 + ']' * 30000\n"
-    "    texts = {'not-json': 'this is { not JSON', 'deep': deep, 'deeper': '[' * 100000 + ']' * 100000}\n"
-    "    values = {'deep-value': '[' * 900 + ']' * 900, 'objects': '[' + '{},' * 300000 + '{}]'}\n"
-    "    _send_raw(json.dumps(texts[kind]) if kind in texts else values[kind])\n"
-    "    return None\n"
-) + "import json\n" + RAW_REPLY
+HOSTILE_TOOLS = (
+    (  # the tool first: the official code finds a tool by the first ``def`` of its source
+        "def forge(kind):\n"
+        "    deep, deeper = '[' * 30000 + ']' * 30000, '[' * 100000 + ']' * 100000\n"
+        "    texts = {'not-json': 'this is { not JSON', 'deep': deep, 'deeper': deeper}\n"
+        "    values = {'deep-value': '[' * 900 + ']' * 900, 'objects': '[' + '{},' * 300000 + '{}]'}\n"
+        "    _send_raw(json.dumps(texts[kind]) if kind in texts else values[kind])\n"
+        "    return None\n"
+    )
+    + "import json\n"
+    + RAW_REPLY
+)
 SCHEMA = {"type": "object", "properties": {"kind": {"type": "string"}}, "required": ["kind"]}
 ECHO_SCHEMA = {"type": "object", "properties": {"x": {}}, "required": ["x"]}
 
@@ -62,7 +66,11 @@ def env(request: pytest.FixtureRequest, tmp_path: Path, sandbox: Sandbox) -> Ite
 
 
 def call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    tool_call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    tool_call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
     return {"role": "assistant", "content": "", "tool_calls": [tool_call]}
 
 
