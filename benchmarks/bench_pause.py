@@ -24,14 +24,14 @@ from hopgym.sandbox.process import ProcessLauncher
 
 
 class UnpausedLauncher(Launcher):
-    """Hands out its workers without the pause: as if they never said ready (``pause_pid`` unset)."""
+    """Hands out its workers without the pause: as if they never said ready (``pause_pidfd`` unset)."""
 
     def __init__(self, launcher: ProcessLauncher) -> None:
         self._launcher = launcher
 
     def start(self) -> WorkerHandle:
         worker = self._launcher.start()
-        worker.connection.pause_pid = None
+        worker.connection.pause_pidfd = None
         return worker
 
     def close(self) -> None:

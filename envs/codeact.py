@@ -34,6 +34,7 @@ def _record(call: dict[str, Any], check: CallCheck, call_id: str, feedback: str)
             error=call.get("error"),
         )
     record = call_record(call_id, call.get("name"), check, result, feedback)
+    record["truncated"] = record["truncated"] or call.get("truncated") is True
     record["via"] = "code"
     return record
 

@@ -107,7 +107,7 @@ class OfficialExecutor:
         if self._lookup_fails:
             return _not_run(name, "list index out of range")
         if not isinstance(name, str) or name not in self._callable:
-            return _not_run(name, f"name {name!r} is not defined")
+            return _not_run(name, f"name {evaluated_name(name)!r} is not defined")
         if not isinstance(arguments, dict):
             kind = type(arguments).__name__
             return _not_run(
@@ -117,11 +117,21 @@ class OfficialExecutor:
         return _outcome(name, result)
 
 
+def evaluated_name(name: Any) -> Any:
+    """The name the official ``eval(func_name)`` looks up: eval drops leading spaces and tabs."""
+    return name.lstrip(" \t") if isinstance(name, str) else name
+
+
 def _outcome(name: Any, result: CallResult) -> OfficialOutcome:
     timing: dict[str, Any] = {"latency_ms": result.latency_ms, "truncated": result.truncated}
     if result.status == "ok":
         text = str(result.value)
-        failed = not result.truncated and is_error_value(json.loads(text))
+        if result.truncated:
+            return OfficialOutcome(text, False, **timing)
+        try:
+            failed = is_error_value(json.loads(text))
+        except (ValueError, RecursionError) as exc:  # the worker's own text; tool code can forge it
+            return _failure(name, f"the tool's result is not JSON text ({exc})", **timing)
         return OfficialOutcome(text, failed, "tool_error" if failed else "ok", **timing)
     if result.status == "timeout":
         return _failure(name, result.error or "timeout", "timeout", stops_run="the call timed out", **timing)

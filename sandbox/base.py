@@ -35,9 +35,10 @@ class CallResult:
     marker that gives the full length."""
     latency_ms: float = 0.0
     tool_calls: tuple[dict[str, Any], ...] = ()
-    """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error"}`` per call of a
-    loaded function made from the code, in order (calls refused by the hook included), recorded by the host,
-    which ran each call itself."""
+    """For :meth:`Sandbox.execute`: one ``{"name", "arguments", "status", "value", "error", "truncated"}`` per
+    call of a loaded function made from the code, in order (calls refused by the hook included), recorded by
+    the host, which ran each call itself; ``truncated``: its arguments or value were cut to the host's
+    bounds."""
 
 
 @dataclass(frozen=True)

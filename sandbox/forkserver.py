@@ -33,6 +33,7 @@ from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_harde
 from hopgym.sandbox.process import (
     PausingConnection,
     Reaper,
+    exited,
     namespace_pid_chain,
     worker_pid,
 )
@@ -228,9 +229,11 @@ class _ForkedWorker:
         calls."""
         if worker != self._pid:
             raise SandboxError(f"the forked worker {self._pid} is not the one that said ready ({worker})")
+        if exited(self._pidfd):  # alive after the check: the pidfd, opened at the fork, is this worker's
+            raise SandboxError(f"the forked worker {worker} exited while it started")
         if self._cgroup is not None:
             self._cgroup.join(worker)
-        self.connection.pause_pid = worker
+        self.connection.pause_pid, self.connection.pause_pidfd = worker, self._pidfd
 
     def kill(self) -> None:
         """SIGKILL the worker now, at idle priority; the reaper finishes the rest (see ``process.Reaper``).
@@ -241,6 +244,7 @@ class _ForkedWorker:
         if self._killed:
             return
         self._killed = True
+        self.connection.pause_pidfd = None  # the reaper closes it: nothing may signal through its number
         self._scheduling = self._set_scheduler(os.SCHED_IDLE, os.sched_param(0))
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields
 from typing import Any, TypedDict
 
 from hopgym.errors import ConfigError
+from hopgym.sandbox.bounded import MARKER_ROOM, Budget
 
 POLICIES = (None, "restricted")
 """The code policies a worker applies on top of its isolation (``restricted``: RestrictedPython)."""
@@ -21,6 +22,9 @@ DEFAULT_MAX_TOOL_CALLS = 200
 """Tool calls one code block may make; ToolHop tasks need at most a dozen."""
 DEFAULT_MAX_EVENT_BYTES = 4 << 20
 """Bytes of tool-call events (arguments and values) one code block may send to the host."""
+DEFAULT_MAX_EVENT_ITEMS = 1 << 16
+"""Items (list elements, object entries) of the arguments and values of one code block's tool calls that
+the host keeps; with the characters, bounded by ``max_event_bytes``, what its records hold (a few MiB)."""
 CGROUP_HEADROOM_MB = 64
 """Room above the rlimit and /tmp for the interpreter, its init and the kernel's own use."""
 
@@ -72,11 +76,12 @@ class SandboxLimits:
     """CPUs one worker may use (the docker backend's container limit)."""
     max_tool_calls: int = DEFAULT_MAX_TOOL_CALLS
     max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES
+    max_event_items: int = DEFAULT_MAX_EVENT_ITEMS
 
     def __post_init__(self) -> None:
         for field in fields(self):
             value = getattr(self, field.name)
-            floor = 0 if field.name in ("max_tool_calls", "max_event_bytes") else 1
+            floor = 0 if field.name in ("max_tool_calls", "max_event_bytes", "max_event_items") else 1
             if field.type == "float":
                 valid = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
                 if not valid or not math.isfinite(value):
@@ -100,6 +105,16 @@ class SandboxLimits:
             call_timeout=timeout if call_timeout is None else call_timeout,
             **limits,
         )
+
+    def result_budget(self) -> Budget:
+        """What one call's value may hold on the host (see :mod:`hopgym.sandbox.bounded`): what a value of
+        ``result_cap`` characters of JSON can hold, and the marker of a cut one; a worker whose value holds
+        more broke its own cap."""
+        return Budget(items=self.result_cap // 2, chars=self.result_cap + MARKER_ROOM)
+
+    def event_budget(self) -> Budget:
+        """What the arguments and values of one code block's tool calls may hold on the host, together."""
+        return Budget(items=self.max_event_items, chars=self.max_event_bytes)
 
     def rlimits(self) -> dict[str, int]:
         return {

@@ -22,8 +22,10 @@ from hopgym.errors import (
     WorkerTimeoutError,
 )
 from hopgym.sandbox.base import CALL_STATUSES, CallResult, CallStatus, LoadResult, Sandbox, ToolCallHook
+from hopgym.sandbox.bounded import MARKER_ROOM, MAX_DEPTH, Budget, bounded
 from hopgym.sandbox.limits import DEFAULT_MAX_TOOL_CALLS, SandboxLimits
 from hopgym.sandbox.pool import Launcher, WorkerHandle, WorkerPool
+from hopgym.sandbox.protocol import ERROR_TEXT_CAP
 
 __all__ = ["DEFAULT_MAX_TOOL_CALLS", "PooledSandbox"]  # the cap execute() applies unless told otherwise
 
@@ -35,9 +37,12 @@ class PooledSandbox(Sandbox):
     """A :class:`Sandbox` over a :class:`WorkerPool`; backends differ only in their launcher.
 
     ``limits`` (see :class:`SandboxLimits`), or the options :meth:`SandboxLimits.of` takes (e.g.
-    ``timeout``), bound the loads and calls; past ``max_tool_calls`` tool calls in one :meth:`execute`, or
-    ``max_event_bytes`` of their events, the host ends the code block and reports a resource limit, so
-    that a call flood cannot pile up host memory.
+    ``timeout``), bound the loads and calls; past ``max_tool_calls`` tool calls in one :meth:`execute`,
+    ``max_event_bytes`` of their events, or the items, characters or depth its records may keep
+    (:meth:`SandboxLimits.event_budget`), the host ends the code block and reports a resource limit, so
+    that a call flood cannot pile up host memory. Every value a worker sends is bounded on the host as its
+    own caps bound it (:meth:`SandboxLimits.result_budget`, :mod:`hopgym.sandbox.bounded`): a value past
+    them comes back cut with a marker and ``truncated``, as the worker cuts a result past its cap.
     """
 
     def __init__(
@@ -129,6 +134,7 @@ class PooledSandbox(Sandbox):
         started = time.monotonic()
         deadline = started + limit
         records: list[dict[str, Any]] = []
+        kept = self._limits.event_budget()
         try:
             worker = self._code_worker_for_episode()
         except SandboxError as exc:
@@ -140,7 +146,7 @@ class PooledSandbox(Sandbox):
             while True:
                 message = worker.connection.receive(deadline, request_id)
                 if message["type"] == "result":
-                    return _result(message, records, started)
+                    return _result(message, records, started, self._limits)
                 if message["type"] != "tool_call":
                     raise WorkerProtocolError(f"unexpected message {message['type']!r} while running code")
                 if worker.connection.bytes_received > event_bytes_left:
@@ -149,7 +155,7 @@ class PooledSandbox(Sandbox):
                     )
                 if len(records) >= self._limits.max_tool_calls:
                     raise _StepLimitError(f"the code made more than {self._limits.max_tool_calls} tool calls")
-                reply = self._tool_call(message, on_tool_call, records, deadline)
+                reply = self._tool_call(message, on_tool_call, records, deadline, kept)
                 worker.connection.send({"op": "tool_reply", "id": request_id, **reply}, deadline)
         except (WorkerTimeoutError, WorkerCrashedError, _StepLimitError) as exc:
             status = _failure_status(exc, worker)
@@ -269,7 +275,7 @@ class PooledSandbox(Sandbox):
             message = worker.connection.receive(deadline, request_id)
             if message["type"] != "result":
                 raise WorkerProtocolError(f"unexpected message {message['type']!r} during a call")
-            return _result(message, [], started)
+            return _result(message, [], started, self._limits)
         except (WorkerTimeoutError, WorkerCrashedError) as exc:
             status = _failure_status(exc, worker)
             error = _describe_failure(exc, worker, limit)
@@ -288,27 +294,50 @@ class PooledSandbox(Sandbox):
         hook: ToolCallHook | None,
         records: list[dict[str, Any]],
         deadline: float,
+        kept: Budget,
     ) -> dict[str, Any]:
-        """Validate (``hook``), run and record one tool call of a code block; the reply for the code."""
+        """Validate (``hook``), run and record one tool call of a code block; the reply for the code.
+        What the record keeps spends ``kept``; a call that overruns it is recorded cut and ends the block."""
         name = message.get("name")
         if not isinstance(name, str):
             raise WorkerProtocolError("the code's worker sent a tool call without a function name")
-        arguments = _bound_arguments(self._parameters.get(name, []), message.get("call"))
+        arguments, cut = bounded(_bound_arguments(self._parameters.get(name, []), message.get("call")), kept)
         refusal = hook(name, arguments) if hook is not None else None
-        if refusal is None and not isinstance(arguments, dict):
+        if cut:
+            refusal = self._event_overrun()
+        elif refusal is None and not isinstance(arguments, dict):
             refusal = "the arguments of this call could not be read (too large to send?)"
         if refusal is not None:
             records.append(
                 {"name": name, "arguments": arguments, "status": "refused", "value": None, "error": refusal}
+                | {"truncated": cut}
             )
+            if cut:
+                raise _StepLimitError(refusal)
             return {"status": "refused", "error": refusal}
         remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise WorkerTimeoutError("the code block ran out of time")
+        if remaining <= 0:  # recorded: the hook has seen the call, and every call it saw has a record
+            error = "the code block ran out of time"
+            records.append(
+                {"name": name, "arguments": arguments, "status": "timeout", "value": None, "error": error}
+            )
+            raise WorkerTimeoutError(error)
         result = self._call(name, arguments, remaining)
-        outcome = {"status": result.status, "value": result.value, "error": result.error}
-        records.append({"name": name, "arguments": arguments, **outcome})
+        value, cut = bounded(result.value, kept)
+        outcome = {"status": result.status, "value": value, "error": result.error}
+        records.append(
+            {"name": name, "arguments": arguments, **outcome, "truncated": result.truncated or cut}
+        )
+        if cut:
+            raise _StepLimitError(self._event_overrun())
         return {**outcome, "stdout": result.stdout}
+
+    def _event_overrun(self) -> str:
+        budget = self._limits.event_budget()
+        return (
+            f"the tool calls of one code block came to more than {budget.items} items or {budget.chars} "
+            f"characters of arguments and values, or nested deeper than {MAX_DEPTH} levels"
+        )
 
     def _recover(self) -> None:
         """Replace the current worker and reload the episode's sources into the replacement."""
@@ -370,7 +399,11 @@ def _bound_arguments(positional: list[str], call: Any) -> Any:
     return {**bound, **kwargs, **({"*args": extra} if extra else {})}
 
 
-def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float) -> CallResult:
+def _result(
+    message: dict[str, Any], tool_calls: list[dict[str, Any]], started: float, limits: SandboxLimits
+) -> CallResult:
+    """The result message as a :class:`CallResult`, bounded as the worker's caps bound it (a worker that
+    sends more broke them: the excess is cut here, and the result says ``truncated``)."""
     status, stdout, error = message.get("status"), message.get("stdout"), message.get("error")
     if (
         status not in CALL_STATUSES
@@ -379,12 +412,16 @@ def _result(message: dict[str, Any], tool_calls: list[dict[str, Any]], started: 
         or not isinstance(message.get("truncated"), bool)
     ):
         raise WorkerProtocolError("the worker sent a malformed result message")
+    value, value_cut = bounded(message.get("value"), limits.result_budget())
+    stdout, stdout_cut = bounded(stdout, Budget(items=0, chars=limits.output_cap + MARKER_ROOM))
+    if error is not None:
+        error, _ = bounded(error, Budget(items=0, chars=ERROR_TEXT_CAP + MARKER_ROOM))
     return CallResult(
         status=status,
-        value=message.get("value"),
+        value=value,
         error=error,
         stdout=stdout,
-        truncated=message["truncated"],
+        truncated=message["truncated"] or value_cut or stdout_cut,
         latency_ms=(time.monotonic() - started) * 1000,
         tool_calls=tuple(tool_calls),
     )

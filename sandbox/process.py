@@ -6,6 +6,7 @@ import contextlib
 import logging
 import os
 import queue
+import select
 import signal
 import subprocess
 import threading
@@ -87,6 +88,7 @@ class ProcessLauncher(Launcher):
             if process.returncode is None:
                 with contextlib.suppress(ProcessLookupError):
                     os.killpg(process.pid, signal.SIGKILL)
+            connection.pause_pidfd = None  # the reaper closes it: nothing may signal through its number
             for pidfd in worker_pidfd:  # the worker is in a session of its own (bwrap --new-session)
                 with contextlib.suppress(ProcessLookupError):
                     signal.pidfd_send_signal(pidfd, signal.SIGKILL)
@@ -106,8 +108,13 @@ class ProcessLauncher(Launcher):
         try:
             info = await_ready(connection, self._start_timeout)
             check_hardening(info, drops_root=self._plan.drops_root, seccomp=self._plan.seccomp)
-            connection.pause_pid = worker_pid(process.pid, info)
-            worker_pidfd.append(os.pidfd_open(connection.pause_pid))
+            pid = worker_pid(process.pid, info)
+            worker_pidfd.append(os.pidfd_open(pid))
+            # Opened after the pid was found: checked again below our own child (never reaped until
+            # finish), and alive, so the pidfd is the worker's, not a process that took a freed pid.
+            if worker_pid(process.pid, info) != pid or exited(worker_pidfd[0]):
+                raise SandboxError(f"the sandbox worker {pid} exited while it started")
+            connection.pause_pid, connection.pause_pidfd = pid, worker_pidfd[0]
         except (SandboxError, OSError) as exc:
             kill_and_report = _stderr_after_kill(process, kill)
             raise SandboxError(f"{exc}{kill_and_report}") from exc
@@ -163,7 +170,10 @@ class PausingConnection(WorkerConnection):
     """Messages after which the worker waits for the host's next request."""
 
     pause_pid: int | None = None
-    """The worker's pid on the host, once it is ready."""
+    """The worker's pid on the host, once it is ready (for reports: the pause signals through the pidfd)."""
+    pause_pidfd: int | None = None
+    """A pidfd of the worker, opened while it was known alive; the pause signals only through it, so once
+    the worker is gone (its pid free for another process) a signal fails instead of reaching another."""
     _paused = False
 
     def _input_ready(self) -> None:
@@ -173,18 +183,23 @@ class PausingConnection(WorkerConnection):
 
     def receive(self, deadline: float, request_id: str | None = None) -> dict[str, Any]:
         message = super().receive(deadline, request_id)
-        if message["type"] in self.FINAL and self.pause_pid is not None:
+        if message["type"] in self.FINAL and self.pause_pidfd is not None:
             self._paused = self._signal(signal.SIGSTOP)
         return message
 
     def _signal(self, number: int) -> bool:
-        if self.pause_pid is None:  # not ready yet, so never paused
+        if self.pause_pidfd is None:  # not ready yet, so never paused
             return False
         try:
-            os.kill(self.pause_pid, number)
+            signal.pidfd_send_signal(self.pause_pidfd, number)
         except ProcessLookupError:  # it died: the next read or write says so
             return False
         return True
+
+
+def exited(pidfd: int) -> bool:
+    """Whether the process of ``pidfd`` has exited (a pidfd is readable from then on)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def worker_pid(pid: int, info: dict[str, Any]) -> int:

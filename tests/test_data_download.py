@@ -11,7 +11,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler, SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -98,6 +98,60 @@ def test_without_hopgym_data_the_loaders_read_the_download_cache(mirror, tmp_pat
     assert main(["data", "download", "familytool", "--base-url", base]) == 0
     assert (tmp_path / "cache" / "hopgym" / "familytool" / "familykg-e.txt").is_file()
     assert len(load_family_kg("e")) == 491
+
+
+class EndlessMirror(BaseHTTPRequestHandler):
+    """Answers every path with 400 MiB of bytes, declaring that length or none (then it runs until the
+    client stops reading); records how many bytes each answer got out before the client hung up."""
+
+    declare_length: bool
+    sent: list[int]
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+    def do_GET(self) -> None:
+        body, chunk, total = 400 << 20, b"x" * (1 << 16), 0
+        self.send_response(200)
+        if self.declare_length:
+            self.send_header("Content-Length", str(body))
+        self.end_headers()
+        try:
+            while total < body:
+                self.wfile.write(chunk)
+                total += len(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        self.sent.append(total)
+
+
+@needs_data("familytool/familytool-b.jsonl")
+@pytest.mark.parametrize("declare_length", [True, False], ids=["content-length", "no-length"])
+def test_a_mirror_sending_more_than_the_pinned_size_is_cut_and_nothing_is_kept(
+    mirror, tmp_path: Path, capsys, declare_length: bool
+) -> None:
+    sent: list[int] = []
+    handler = type("Endless", (EndlessMirror,), {"declare_length": declare_length, "sent": sent})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    root = tmp_path / "data"
+    capsys.readouterr()
+    try:
+        args = ["data", "download", "familytool", "--to", str(root)]
+        assert main([*args, "--base-url", f"http://127.0.0.1:{server.server_address[1]}"]) == 2
+    finally:
+        server.shutdown()
+        server.server_close()
+    first = DATASETS["familytool"][0]
+    error = capsys.readouterr().err
+    expected = "bytes long, expected" if declare_length else f"longer than the expected {first.size} bytes"
+    assert expected in error, error
+    assert list((root / "familytool").iterdir()) == []  # no file under its name, no partial file
+    if not declare_length:  # read up to the pinned size, then cut (socket buffers hold a few MiB more)
+        assert sent and sent[0] < first.size + (32 << 20), sent
+    mirror_base, _, _ = mirror
+    assert main([*args, "--base-url", mirror_base]) == 0  # a good mirror afterwards
+    assert hashlib.sha256((root / "familytool" / first.name).read_bytes()).hexdigest() == first.sha256
 
 
 def test_an_unreachable_source_is_one_line(tmp_path: Path, capsys) -> None:

@@ -4,9 +4,10 @@ tools offered, what the client sends, every tool-message text, the turn count, e
 the Table 4 columns. The official code runs unchanged in a subprocess (tests/official_toolhop.py).
 
 Trajectories are generated from each row's tool documents: well-formed calls, empty-string, malformed
-and non-object arguments, hallucinated tools and parameters, missing parameters, wrong types, enum values
-and documented null defaults, parallel calls, runs to the turn cap, and final answers that are right,
-wrong, empty, missing, or right only in the tool message before them (the official second clause).
+and non-object arguments, hallucinated tools (a name with a leading space too) and parameters, missing
+parameters, wrong types, enum values and documented null defaults, parallel calls, runs to the turn cap,
+and final answers that are right, wrong, empty, missing, or right only in the tool message before them
+(the official second clause).
 The deliberate differences (README "Fidelity") are kept out of these trajectories and tested one by one
 in tests/test_env_toolhop_official.py.
 """
@@ -109,6 +110,7 @@ def tool_trajectories(row: dict[str, Any]) -> list[list[dict[str, Any]]]:
         _call(first["name"], typed, "b6"),
         _call(first["name"], nulls, "b7"),
         _call(first["name"], enums, "b8"),
+        _call(" " + first["name"], well_formed(row, first), "b9"),  # the official eval strips the space
     ]
     return [
         [*one_by_one, _reply(f"<answer>{gold}</answer>")],
@@ -217,6 +219,12 @@ def test_the_generated_trajectories_cover_the_protocol(both) -> None:
     statuses = {call["status"] for _, _, ours in both for call in ours["calls"]}
     assert {"ok", "tool_error", "tool_hallucination", "invalid_arguments"} <= statuses
     assert {"parameter_hallucination", "parameter_missing"} <= statuses
+    spaced = [call for _, _, ours in both for call in ours["calls"] if call["name"].startswith(" ")]
+    assert spaced and all(
+        call["feedback"]
+        == f"an error occured when call {call['name']}: name {call['name'][1:]!r} is not defined"
+        for call in spaced
+    )
 
 
 def test_prompt_tools_and_request_are_the_official_ones(both) -> None:
