@@ -63,7 +63,7 @@ def test_a_server_trickling_a_byte_a_second_is_cut_at_the_deadline_and_retried_a
         attempts = len(server.requests)
     assert isinstance(outcome, ModelError) and not isinstance(outcome, ReplyRefusedError)
     assert "gave up after 2 attempts: no whole reply within 1 s (the deadline, --timeout)" in str(outcome)
-    assert attempts == 2
+    assert attempts in (1, 2)  # the deadline covers litellm's own preparation too, slow on its first call
     assert seconds < 20  # 2 x 1 s of deadline; a margin for a slow machine, never the reply's 20 minutes
 
 

@@ -8,8 +8,8 @@ cuts it off past the cap with :class:`~hopgym.errors.ReplyRefusedError`, before 
 refused: one chunk of gzip, Brotli or zstd can decode to many times the cap before any count could stop it.
 
 The counter sits on the httpx client: a pair of event hooks on the one the openai client is given
-(:data:`EVENT_HOOKS`), and for litellm, which builds its own clients, a wrapper around every transport it
-makes (:func:`limit_litellm_replies`). Outside :func:`reply_limit` both pass everything through unchanged.
+(:data:`EVENT_HOOKS`), and for litellm, which builds its own clients, on every transport it makes
+(:func:`limit_litellm_replies`). Outside :func:`reply_limit` both pass everything through unchanged.
 """
 
 from __future__ import annotations
@@ -95,15 +95,14 @@ EVENT_HOOKS: dict[str, list[Any]] = {"request": [_request_hook], "response": [_r
 """httpx event hooks for a client of model servers: the cap of :func:`reply_limit` on all it receives."""
 
 
-class _CappedTransport(httpx.AsyncBaseTransport):
-    """A transport whose responses are capped while :func:`reply_limit` is in force."""
+def _capped(transport: httpx.AsyncBaseTransport) -> httpx.AsyncBaseTransport:
+    """``transport``, its responses capped while :func:`reply_limit` is in force. Its own method is wrapped
+    (not the transport): litellm picks how to close a client by the type of its transport."""
+    send = transport.handle_async_request
 
-    def __init__(self, inner: httpx.AsyncBaseTransport) -> None:
-        self._inner = inner
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+    async def handle_async_request(request: httpx.Request) -> httpx.Response:
         _ask_uncompressed(request)
-        response = await self._inner.handle_async_request(request)
+        response = await send(request)
         try:
             _cap(response)
         except BaseException:
@@ -111,14 +110,14 @@ class _CappedTransport(httpx.AsyncBaseTransport):
             raise
         return response
 
-    async def aclose(self) -> None:
-        await self._inner.aclose()
+    transport.handle_async_request = handle_async_request  # type: ignore[method-assign]
+    return transport
 
 
 def limit_litellm_replies() -> None:
-    """Wrap every asyncio transport litellm builds from now on (both its own HTTP handler and the openai
-    clients it makes go through ``AsyncHTTPHandler._create_async_transport``; None there means httpx's
-    default transport). litellm is pinned, and the model client's tests check the cap on its route."""
+    """Cap the responses of every asyncio transport litellm builds from now on: its own HTTP handler and
+    the openai clients it makes both take theirs from ``AsyncHTTPHandler._create_async_transport`` (where
+    None means httpx's default transport). litellm is pinned; the model client's tests attack both."""
     from litellm.llms.custom_httpx.http_handler import AsyncHTTPHandler
 
     make = AsyncHTTPHandler._create_async_transport
@@ -126,7 +125,7 @@ def limit_litellm_replies() -> None:
         return
 
     def capped(*args: Any, **kwargs: Any) -> httpx.AsyncBaseTransport:
-        return _CappedTransport(make(*args, **kwargs) or httpx.AsyncHTTPTransport())
+        return _capped(make(*args, **kwargs) or httpx.AsyncHTTPTransport())
 
     capped.hopgym_capped = True  # type: ignore[attr-defined]
     AsyncHTTPHandler._create_async_transport = staticmethod(capped)
