@@ -36,7 +36,7 @@ def reply_limit(max_bytes: int) -> Iterator[None]:
         _LIMIT.reset(token)
 
 
-def too_large(max_bytes: int) -> ReplyRefusedError:
+def _too_large(max_bytes: int) -> ReplyRefusedError:
     return ReplyRefusedError(f"the reply is larger than {max_bytes} bytes (the cap, --max-reply-bytes)")
 
 
@@ -52,7 +52,7 @@ class _CappedStream(httpx.AsyncByteStream):
         async for chunk in self._stream:
             read += len(chunk)
             if read > self._max_bytes:
-                raise too_large(self._max_bytes)
+                raise _too_large(self._max_bytes)
             yield chunk
 
     async def aclose(self) -> None:
@@ -71,7 +71,7 @@ def _cap(response: httpx.Response) -> None:
         return
     declared = response.headers.get("Content-Length", "")
     if declared.isdigit() and int(declared) > max_bytes:
-        raise too_large(max_bytes)
+        raise _too_large(max_bytes)
     encodings = {value.strip().lower() for value in response.headers.get_list("Content-Encoding", True)}
     if encodings - {"", "identity"}:
         raise ReplyRefusedError(
