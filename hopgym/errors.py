@@ -69,6 +69,11 @@ class ModelError(HopgymError):
     """The model server failed or returned something unusable."""
 
 
+class ReplyRefusedError(ModelError):
+    """A model server's reply was cut off unparsed: larger than the cap on the bytes read of a reply, or
+    compressed. The server gave its answer, so it is not asked again: the episode ends with this error."""
+
+
 class TrackingError(HopgymError):
     """An experiment tracker (MLflow, Weights & Biases) could not log a run; the run folder is complete."""
 

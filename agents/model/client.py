@@ -1,4 +1,4 @@
-"""The one model client: retries, timeouts and token accounting over the OpenAI client or litellm.
+"""The one model client: retries, deadlines, reply caps, token accounting, over the openai client or litellm.
 
 An ``openai/NAME`` model on an OpenAI-compatible server given by ``api_base`` (the embedded model, vLLM,
 the scripted server) is sent with the openai client, which is what litellm calls for it too; every other
@@ -7,7 +7,8 @@ seconds of CPU to import (about 6 s here, per process), so it is imported only f
 and then offline (no cost-map fetch). The client does its own retrying (the clients' built-in retries are
 off) so the count is exact and every retry is visible in the episode record. Given several servers of one
 model (``api_base`` a tuple), it balances requests over them and leaves a failing one out for a while
-(:class:`Endpoints`).
+(:class:`Endpoints`). Each attempt has a total deadline (``timeout``) that hopgym enforces itself, and
+reads at most ``max_reply_bytes`` of the reply (:mod:`~hopgym.agents.model.reply_limit`), on both routes.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from hopgym.errors import ConfigError, ModelError
+from hopgym.errors import ConfigError, ModelError, ReplyRefusedError, one_line
 from hopgym.messages import ToolCall, tool_call
 
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
@@ -45,6 +46,11 @@ _LEADING_REASONING = re.compile(
     r"<(?:think|thinking|budget:thinking)>(.*?)</(?:think|thinking|budget:thinking)>(.*)", re.DOTALL
 )
 """Reasoning text at the start of a reply's content, which litellm moves into ``reasoning_content``."""
+
+
+DEFAULT_MAX_REPLY_BYTES = 4 * 2**20
+"""4 MiB: about a million characters, beyond any completion a token cap allows (with logprobs of a few
+thousand tokens too), while each of dozens of concurrent requests holds at most that much unparsed."""
 
 
 def import_litellm() -> Any:
@@ -106,6 +112,11 @@ class ModelConfig:
     temperature: float | None = None
     max_tokens: int | None = None
     timeout: float = 120.0
+    """Seconds one attempt may take in all, from sending the request to the reply's last byte (a server
+    that trickles bytes gets no longer); a failed attempt is retried up to ``max_retries`` times."""
+    max_reply_bytes: int = DEFAULT_MAX_REPLY_BYTES
+    """The most bytes read of one reply; a larger or compressed one ends the request unparsed, unretried
+    (:class:`~hopgym.errors.ReplyRefusedError`)."""
     max_retries: int = 4
     backoff_base: float = 0.5
     backoff_max: float = 20.0
@@ -170,6 +181,19 @@ def _usage_from_response(response: Any) -> Usage:
     )
 
 
+def _refusal(exc: BaseException) -> ReplyRefusedError | None:
+    """The refused reply behind ``exc``, if any: the openai client and litellm wrap whatever the reading of
+    a reply raised in their own connection errors."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, ReplyRefusedError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
 def is_retryable(exc: BaseException) -> bool:
     """Timeouts, connection failures, rate limits and 5xx are worth retrying; other errors are not.
     litellm's errors subclass the openai client's, so one check serves both."""
@@ -185,7 +209,10 @@ class _LitellmSender:
     """Requests through litellm, for any provider string other than ``openai/``."""
 
     def __init__(self, api_key: str | None) -> None:
+        from hopgym.agents.model.reply_limit import limit_litellm_replies
+
         self._litellm = import_litellm()
+        limit_litellm_replies()
         self._key = {"api_key": api_key} if api_key else {}
 
     async def send(self, request: dict[str, Any], base: str | None) -> Any:
@@ -210,15 +237,20 @@ class _OpenAISender:
         self._clients: dict[str | None, Any] = {}
 
     async def send(self, request: dict[str, Any], base: str | None) -> Any:
-        from openai import AsyncOpenAI
+        from openai import AsyncOpenAI, DefaultAsyncHttpxClient
         from openai.types.chat import ChatCompletion
+
+        from hopgym.agents.model.reply_limit import EVENT_HOOKS
 
         loop = asyncio.get_running_loop()
         if loop is not self._loop:
             self._loop, self._clients = loop, {}
         if base not in self._clients:  # made here, inside the caller's error handling
             api_key = self._api_key or os.environ.get("OPENAI_API_KEY") or NO_KEY
-            self._clients[base] = AsyncOpenAI(api_key=api_key, base_url=base, max_retries=0)
+            http_client = DefaultAsyncHttpxClient(event_hooks=EVENT_HOOKS)
+            self._clients[base] = AsyncOpenAI(
+                api_key=api_key, base_url=base, max_retries=0, http_client=http_client
+            )
         fields = {key: value for key, value in request.items() if value is not None}
         named = {key: value for key, value in fields.items() if key in self._parameters}
         body = named.pop("extra_body", None) or {}
@@ -326,9 +358,10 @@ class ModelClient:
     (``openai/`` models with the openai client, the rest with litellm)."""
 
     def __init__(self, config: ModelConfig) -> None:
-        if config.max_retries < 0 or config.timeout <= 0:
+        if config.max_retries < 0 or not config.timeout > 0 or config.max_reply_bytes <= 0:
             raise ConfigError(
-                f"max_retries must be >= 0 and timeout > 0, got {config.max_retries} and {config.timeout}"
+                "max_retries must be >= 0, timeout and max_reply_bytes > 0, got "
+                f"{config.max_retries}, {config.timeout} and {config.max_reply_bytes}"
             )
         bases = config.api_base if isinstance(config.api_base, tuple) else (config.api_base,)
         urls = bool(bases) and all(isinstance(base, str) and base for base in bases)
@@ -344,6 +377,9 @@ class ModelClient:
         # stalling every concurrent episode for about half a second; import them now instead.
         import openai.resources.chat
 
+        from hopgym.agents.model.reply_limit import reply_limit
+
+        self._reply_limit = reply_limit
         self._error_base = openai.OpenAIError
         openai_server = config.model.startswith(OPENAI_PREFIX) and config.api_base is not None
         if openai_server and LITELLM_FIELDS & set(config.extra):
@@ -380,19 +416,27 @@ class ModelClient:
             endpoint = self.endpoints.acquire()
             base = self.endpoints.bases[endpoint]
             try:
-                response = await self._sender.send(request, base)
-            except self._error_base as exc:  # the base of every error either client raises
-                retryable = is_retryable(exc)
+                with self._reply_limit(self.config.max_reply_bytes):  # copied into wait_for's task
+                    response = await asyncio.wait_for(self._sender.send(request, base), self.config.timeout)
+            # the base of every error either client raises, and what it wraps a refused reply in
+            except (self._error_base, ReplyRefusedError, asyncio.TimeoutError) as exc:
+                refused = _refusal(exc)
+                retryable = refused is None and (isinstance(exc, asyncio.TimeoutError) or is_retryable(exc))
                 self.endpoints.release(endpoint, failed=retryable)
                 where = f"{self.config.model}" + (f" at {base}" if base else "")
+                if refused is not None:
+                    raise ReplyRefusedError(f"{where}: {refused}") from exc
+                # one line, and short: litellm quotes a reply it could not read whole in its message
+                detail = f"{type(exc).__name__}: {one_line(str(exc), 1000)}"
                 if not retryable:
-                    raise ModelError(f"{where}: {type(exc).__name__}: {exc}") from exc
+                    raise ModelError(f"{where}: {detail}") from exc
                 crash = self.config.server_failure() if self.config.server_failure else None
                 if crash:
                     raise ModelError(f"{where}: the model server crashed: {crash}") from exc
                 if attempt == self.config.max_retries:
                     attempts = f"{attempt + 1} attempt{'s' if attempt else ''}"
-                    detail = f"{type(exc).__name__}: {exc}"
+                    if isinstance(exc, asyncio.TimeoutError):
+                        detail = f"no whole reply within {self.config.timeout:g} s (the deadline, --timeout)"
                     raise ModelError(f"{where}: gave up after {attempts}: {detail}") from exc
                 usage.retries += 1
                 if not self.endpoints.any_available():  # another server can take the retry at once

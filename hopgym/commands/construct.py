@@ -44,7 +44,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--temperature", type=float, default=0.0, help="sampling temperature (default: 0)")
     parser.add_argument("--max-tokens", type=int, help="cap on each reply's tokens")
     parser.add_argument(
-        "--timeout", type=float, help="seconds per model request (default: as for hopgym eval)"
+        "--timeout",
+        type=float,
+        help="seconds one model request may take in all (default: as for eval)",
+    )
+    parser.add_argument(
+        "--max-reply-bytes", type=int, help="the most bytes read of one model reply (default: 4 MiB)"
     )
     parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -79,7 +84,12 @@ def run(args: argparse.Namespace) -> int:
             "max_tokens": endpoint.get("max_tokens"),
             "sandbox": sandbox.isolation,
         }
-        config = ModelConfig(**endpoint, temperature=args.temperature, max_retries=args.max_retries)
+        config = ModelConfig(
+            **endpoint,
+            temperature=args.temperature,
+            max_retries=args.max_retries,
+            max_reply_bytes=eval_command.max_reply_bytes(args),
+        )
         client = ModelClient(config)
         constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)
         report = construct_dataset(

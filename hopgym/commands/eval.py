@@ -101,7 +101,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--max-tokens", type=int, help="cap on each reply's tokens (default: the protocol's, e.g. 256)"
     )
     parser.add_argument(
-        "--timeout", type=float, help="seconds per model request (default: 120; 600 for the local model)"
+        "--timeout",
+        type=float,
+        help="seconds one model request may take in all, its whole reply read (default: 120; 600 for the "
+        "local model); a failed request is retried up to --max-retries times",
+    )
+    parser.add_argument(
+        "--max-reply-bytes",
+        type=int,
+        help="the most bytes read of one model reply; a larger one ends its episode (default: 4 MiB)",
     )
     parser.add_argument("--max-retries", type=int, default=4, help="retries of a failed model request")
     parser.add_argument("--top-p", type=float, help="nucleus sampling threshold sent to the model")
@@ -144,6 +152,13 @@ def model_extra_from(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             extra[key] = value
     return extra
+
+
+def max_reply_bytes(args: argparse.Namespace) -> int:
+    """``--max-reply-bytes``, else the model client's default."""
+    from hopgym.agents.model.client import DEFAULT_MAX_REPLY_BYTES
+
+    return DEFAULT_MAX_REPLY_BYTES if args.max_reply_bytes is None else args.max_reply_bytes
 
 
 def _default_out(args: argparse.Namespace) -> Path:
@@ -192,6 +207,7 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
             **endpoint,
             temperature=args.temperature,
             max_retries=args.max_retries,
+            max_reply_bytes=max_reply_bytes(args),
             extra=model_extra_from(args),
         ),
         env_id=args.env,
