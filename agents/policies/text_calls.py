@@ -9,31 +9,150 @@ from __future__ import annotations
 
 import json
 import re
+from collections import deque
 from typing import Any
 
 from hopgym.messages import ToolCall, tool_call
+from hopgym.model_text import parsed_text
 
-_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-_CODE_FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
+OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
+FENCE = "```"
+FENCE_LANGUAGES = ("python3", "python", "py", "")
+"""Tried in this order after a fence's backticks, as ``(?:python3?|py)?`` would be."""
+MAX_JSON_DEPTH = 100
+"""A bracket nested deeper than this below a candidate's opening one makes that candidate not JSON."""
+MAX_JSON_TOKENS = 10_000
+"""Brackets and quotes the JSON search walks in one text; the search ends there (see :func:`_json_values`)."""
+_OPENER = re.compile(r"[{\[]")
+_STRUCTURE = re.compile(r'[][{}"]')
+_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
+"""The rest of a JSON string after its opening quote, to its closing quote; possessive, so linear."""
+_CLOSES = {"}": "{", "]": "["}
+
+
+def tagged_segments(text: str) -> list[str]:
+    """The stripped text of each ``<tool_call>`` block, to its ``</tool_call>`` or the text's end.
+
+    A scanner with the meaning of ``re.findall(r"<tool_call>\\s*(.*?)\\s*(?:</tool_call>|$)", text, re.S)``
+    in linear time."""
+    segments = []
+    position = 0
+    while (start := text.find(OPEN_TAG, position)) >= 0:
+        body = start + len(OPEN_TAG)
+        end = text.find(CLOSE_TAG, body)
+        if end < 0:
+            segments.append(text[body:].strip())
+            break
+        segments.append(text[body:end].strip())
+        position = end + len(CLOSE_TAG)
+    return segments
+
+
+def fenced_blocks(text: str) -> list[str]:
+    """The body of each fenced block, to its closing fence or the text's end (a final newline excluded).
+
+    A scanner with the meaning of ``re.findall(r"```(?:python3?|py)?[ \\t]*\\n(.*?)(?:```|$)", text, re.S)``
+    in linear time: Python's re took quadratic time on unclosed fences."""
+    blocks = []
+    position = 0
+    while (start := text.find(FENCE, position)) >= 0:
+        body = _fence_body_start(text, start + len(FENCE))
+        if body is None:
+            position = start + 1
+            continue
+        end = text.find(FENCE, body)
+        if end < 0:
+            cut = len(text) - 1 if text.endswith("\n") and len(text) - 1 >= body else len(text)
+            blocks.append(text[body:cut])
+            break
+        blocks.append(text[body:end])
+        position = end + len(FENCE)
+    return blocks
+
+
+def _fence_body_start(text: str, after_fence: int) -> int | None:
+    """Where a block's body starts: after a known language, spaces or tabs, and a newline; else None."""
+    for language in FENCE_LANGUAGES:
+        if text.startswith(language, after_fence):
+            index = after_fence + len(language)
+            while index < len(text) and text[index] in " \t":
+                index += 1
+            if index < len(text) and text[index] == "\n":
+                return index + 1
+    return None
 
 
 def _json_values(text: str) -> list[Any]:
-    """Every top-level JSON object or array found in ``text``, in order."""
-    decoder = json.JSONDecoder()
+    """Every top-level JSON object or array found in ``text``, in order: each ``{`` or ``[`` from the left
+    where a JSON value starts is read (``json.JSONDecoder.raw_decode``'s meaning), and the search goes on
+    after that value, or at the next character when none starts there.
+
+    Linear time: one bracket-matching walk finds where each candidate would end (skipping strings), so
+    only the text of a balanced candidate is decoded, and a candidate inside one that failed at a position
+    it spans fails without decoding again. Bounded: a candidate nested deeper than :data:`MAX_JSON_DEPTH`,
+    or holding an integer past Python's digit limit, is not JSON; after :data:`MAX_JSON_TOKENS` brackets
+    and quotes the search ends with the values found so far."""
+    text = parsed_text(text)
+    spans: dict[int, tuple[int | None, int]] = {}
+    """Candidate start -> (its end, or None when it cannot be JSON; the walk that found it)."""
+    failures: dict[int, int] = {}
+    """Walk -> the position where its last decoded candidate failed."""
+    budget = [MAX_JSON_TOKENS]
     values: list[Any] = []
     position = 0
-    while True:
-        starts = [i for i in (text.find("{", position), text.find("[", position)) if i >= 0]
-        if not starts:
-            return values
-        start = min(starts)
-        try:
-            value, end = decoder.raw_decode(text, start)
-        except json.JSONDecodeError:
-            position = start + 1
-            continue
-        values.append(value)
-        position = end
+    while budget[0] > 0 and (opener := _OPENER.search(text, position)) is not None:
+        start = opener.start()
+        if start not in spans:
+            _walk(text, start, len(failures), spans, budget)
+            failures[len(failures)] = -1
+        end, walk = spans[start]
+        failed_at = failures[walk]
+        if end is not None and not start < failed_at < end:
+            try:
+                values.append(json.loads(text[start:end]))
+            except json.JSONDecodeError as exc:
+                failures[walk] = start + exc.pos
+            except (ValueError, RecursionError):  # an integer past the digit limit; nesting past the stack
+                pass
+            else:
+                position = end
+                continue
+        position = start + 1
+    return values
+
+
+def _walk(text: str, start: int, walk: int, spans: dict[int, tuple[int | None, int]], budget: list[int]) -> None:
+    """Match brackets from ``start`` as JSON would read them (strings skipped) until ``start`` closes, and
+    note in ``spans`` where each bracket met on the way ends, or that it cannot be JSON."""
+    stack: deque[int] = deque()
+    position = start
+    while budget[0] > 0 and (token := _STRUCTURE.search(text, position)) is not None:
+        budget[0] -= 1
+        index = token.start()
+        char = text[index]
+        position = index + 1
+        if char == '"':
+            rest = _STRING_REST.match(text, position)
+            if rest is None:  # an unterminated string: nothing open closes
+                break
+            position = rest.end()
+        elif char in _CLOSES:
+            if not stack:
+                return
+            opened = stack.pop()
+            if text[opened] != _CLOSES[char]:  # a mismatched bracket: nothing open is JSON
+                stack.append(opened)
+                break
+            spans[opened] = (index + 1, walk)
+            if not stack:
+                return
+        else:
+            stack.append(index)
+            if len(stack) > MAX_JSON_DEPTH:
+                spans[stack.popleft()] = (None, walk)
+    for opened in stack:
+        spans[opened] = (None, walk)
+    spans.setdefault(start, (None, walk))
 
 
 def _as_call(value: Any) -> ToolCall | None:
@@ -48,10 +167,10 @@ def _as_call(value: Any) -> ToolCall | None:
 
 
 def parse_text_tool_calls(content: str) -> list[ToolCall]:
-    """OpenAI-form tool calls written as JSON in ``content``; ``[]`` when there are none."""
-    if not content:
-        return []
-    segments = _TAGGED.findall(content) or [content]
+    """OpenAI-form tool calls written as JSON in ``content``; ``[]`` when there are none. Only the first
+    :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters are read."""
+    content = parsed_text(content)
+    segments = tagged_segments(content) or [content]
     calls = []
     for segment in segments:
         for value in _json_values(segment):
@@ -66,8 +185,9 @@ def parse_text_tool_calls(content: str) -> list[ToolCall]:
 def extract_code(content: str) -> str | None:
     """The Python code of the reply's fenced blocks (joined), or None when it has none.
 
-    An unclosed fence (the reply was cut at the token limit) still counts up to the end of the text.
+    An unclosed fence (the reply was cut at the token limit) still counts up to the end of the text. Only
+    the first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters are read.
     """
-    blocks = [block.strip() for block in _CODE_FENCE.findall(content or "")]
+    blocks = [block.strip() for block in fenced_blocks(parsed_text(content))]
     blocks = [block for block in blocks if block]
     return "\n\n".join(blocks) if blocks else None
