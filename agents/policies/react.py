@@ -31,9 +31,10 @@ PROMPTS = load_prompts("hopgym.agents.prompts", "react.yaml", ReActPrompts, {"sy
 PROMPT = PROMPTS["system"]
 FORMAT_REMINDER = PROMPTS["format_reminder"]
 
-# RE2 (linear time): Python's re took cubic time on "Action: x" and thousands of newlines.
-_ACTION = linear(rf"Action{S}*:{S}*(?P<name>[^\n]*?){S}*\n+{S}*Action{S}*Input{S}*:{S}*(?P<input>(?s:.*))")
-_FINAL = linear(rf"Final{S}*Answer{S}*:{S}*(?P<answer>(?s:.*))")
+# RE2 (linear time): Python's re took cubic time on "Action: x" and thousands of newlines. What follows a
+# match is the input (the answer): the old patterns ended in a group taking the rest of the text.
+_ACTION = linear(rf"Action{S}*:{S}*(?P<name>[^\n]*?){S}*\n+{S}*Action{S}*Input{S}*:{S}*")
+_FINAL = linear(rf"Final{S}*Answer{S}*:{S}*")
 _OBSERVATION = linear(rf"\n{S}*Observation{S}*:")
 
 
@@ -48,11 +49,11 @@ def parse_react(text: str) -> tuple[str, Any] | None:
     action, final = _ACTION.search(text), _FINAL.search(text)
     if action and (not final or action.start() < final.start()):
         name = action["name"].strip().strip("`'\"")
-        observation = _OBSERVATION.search(action["input"])
-        raw_input = (action["input"][: observation.start()] if observation else action["input"]).strip()
+        observation = _OBSERVATION.search(text, action.end())
+        raw_input = text[action.end() : observation.start() if observation else len(text)].strip()
         return "call", (name, _first_json_object(raw_input, default=raw_input))
     if final:
-        return "final", final["answer"].strip()
+        return "final", text[final.end() :].strip()
     return None
 
 

@@ -16,9 +16,9 @@ from hopgym.messages import ToolCall, tool_call
 from hopgym.model_text import parsed_text
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
-FENCE = "```"
-FENCE_LANGUAGES = ("python3", "python", "py", "")
-"""Tried in this order after a fence's backticks, as ``(?:python3?|py)?`` would be."""
+_CODE_FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
+"""Linear in Python's re: the language and the blank run before the newline cannot overlap, and each body
+ends at the first closing fence."""
 MAX_JSON_DEPTH = 100
 """A bracket nested deeper than this below a candidate's opening one makes that candidate not JSON."""
 MAX_JSON_TOKENS = 10_000
@@ -46,40 +46,6 @@ def tagged_segments(text: str) -> list[str]:
         segments.append(text[body:end].strip())
         position = end + len(CLOSE_TAG)
     return segments
-
-
-def fenced_blocks(text: str) -> list[str]:
-    """The body of each fenced block, to its closing fence or the text's end (a final newline excluded).
-
-    A scanner with the meaning of ``re.findall(r"```(?:python3?|py)?[ \\t]*\\n(.*?)(?:```|$)", text, re.S)``
-    in linear time: Python's re took quadratic time on unclosed fences."""
-    blocks = []
-    position = 0
-    while (start := text.find(FENCE, position)) >= 0:
-        body = _fence_body_start(text, start + len(FENCE))
-        if body is None:
-            position = start + 1
-            continue
-        end = text.find(FENCE, body)
-        if end < 0:
-            cut = len(text) - 1 if text.endswith("\n") and len(text) - 1 >= body else len(text)
-            blocks.append(text[body:cut])
-            break
-        blocks.append(text[body:end])
-        position = end + len(FENCE)
-    return blocks
-
-
-def _fence_body_start(text: str, after_fence: int) -> int | None:
-    """Where a block's body starts: after a known language, spaces or tabs, and a newline; else None."""
-    for language in FENCE_LANGUAGES:
-        if text.startswith(language, after_fence):
-            index = after_fence + len(language)
-            while index < len(text) and text[index] in " \t":
-                index += 1
-            if index < len(text) and text[index] == "\n":
-                return index + 1
-    return None
 
 
 def _json_values(text: str) -> list[Any]:
@@ -188,6 +154,6 @@ def extract_code(content: str) -> str | None:
     An unclosed fence (the reply was cut at the token limit) still counts up to the end of the text. Only
     the first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters are read.
     """
-    blocks = [block.strip() for block in fenced_blocks(parsed_text(content))]
+    blocks = [block.strip() for block in _CODE_FENCE.findall(parsed_text(content))]
     blocks = [block for block in blocks if block]
     return "\n\n".join(blocks) if blocks else None

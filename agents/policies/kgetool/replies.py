@@ -10,13 +10,15 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any
 
 from hopgym.messages import ToolCall, tool_call
-from hopgym.model_text import linear, parsed_text
+from hopgym.model_text import parsed_text
 
-_TOOL_CALL_BLOCK = linear(r"(?s)<tool_call>(.*?)</tool_call>|<tool_call>(.*)")
+_TOOL_CALL_BLOCK = re.compile(r"<tool_call>(.*?)</tool_call>|<tool_call>(.*)", re.DOTALL)
+"""Linear in Python's re: a block without its closing tag takes the rest of the text."""
 
 
 def reply_text(message: Mapping[str, Any]) -> str:
