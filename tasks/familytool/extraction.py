@@ -129,7 +129,7 @@ def parse_search_calls(text: str, reading: str = "official") -> list[SearchCall]
 
 
 def _call_texts(text: str) -> list[str]:
-    """``re.findall(r"KG.search\((.*?)\)", text)``: the next ")" on the line ends a call's text."""
+    r"""``re.findall(r"KG.search\((.*?)\)", text)``: the next ")" on the line ends a call's text."""
     texts = []
     position = 0
     close = newline = -1
@@ -164,7 +164,7 @@ def _without_tags(text: str) -> str:
 
 
 def _path_text(text: str) -> str | None:
-    """The group of ``re.search(r"path=\[([^\]]+)\]", text)``, or None when it does not match."""
+    r"""The group of ``re.search(r"path=\[([^\]]+)\]", text)``, or None when it does not match."""
     position = 0
     while (start := text.find(_PATH_HEAD, position)) >= 0:
         end = text.find("]", start + len(_PATH_HEAD))
