@@ -15,8 +15,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls
 from hopgym.agents.policies.react import _first_json_object, parse_react
@@ -179,7 +177,9 @@ def test_parsers_read_only_the_first_mib() -> None:
 # -- the rewritten parsers mean what the old patterns meant --------------------------------------------
 
 OLD_TAGGED = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-OLD_ACTION = re.compile(r"Action\s*:\s*(?P<name>[^\n]*?)\s*\n+\s*Action\s*Input\s*:\s*(?P<input>.*)", re.DOTALL)
+OLD_ACTION = re.compile(
+    r"Action\s*:\s*(?P<name>[^\n]*?)\s*\n+\s*Action\s*Input\s*:\s*(?P<input>.*)", re.DOTALL
+)
 OLD_FINAL = re.compile(r"Final\s*Answer\s*:\s*(?P<answer>.*)", re.DOTALL)
 OLD_KG_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
 OLD_CALL, OLD_START = re.compile(r"KG.search\((.*?)\)"), re.compile(r"start=([^,]+)")
@@ -212,7 +212,10 @@ def old_react(text: str) -> tuple[str, Any] | None:
     action, final = OLD_ACTION.search(text), OLD_FINAL.search(text)
     if action and (not final or action.start() < final.start()):
         raw_input = re.split(r"\n\s*Observation\s*:", action["input"])[0].strip()
-        return "call", (action["name"].strip().strip("`'\""), _first_json_object(raw_input, default=raw_input))
+        return "call", (
+            action["name"].strip().strip("`'\""),
+            _first_json_object(raw_input, default=raw_input),
+        )
     return ("final", final["answer"].strip()) if final else None
 
 

@@ -62,18 +62,27 @@ def degenerate_replies(rng: random.Random, n: int) -> Iterator[str]:
     """``n`` replies of every degenerate kind: 99 in 100 up to a few KB, 1 in 100 scaled to 100-300 KB
     (thousands of calls, a 200 KB argument, 40,000 levels of nesting)."""
     for index in range(n):
-        scale = rng.randint(100, 300) if index % 100 == 99 else 1
-        kinds: list[Callable[[], str]] = [
-            lambda: "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 1000 * min(scale, 4)))),
-            lambda: (rng.choice(TEMPLATES) * scale)[: rng.randint(0, 120 * scale)],
-            lambda: rng.choice(UNITS) * rng.randint(1, 200 * scale),
-            lambda: rng.choice(TEMPLATES).replace("a", rng.choice(BAD_ESCAPES), rng.randint(1, 3)) * scale,
-            lambda: CALL.replace("Paris", "x" * rng.randint(100, 1_000 * scale)),
-            lambda: "\n".join([rng.choice(TEMPLATES[:3])] * rng.randint(2, 20 * scale)),
-            lambda: rng.choice(["[", '{"a":', "<tool_call>[", "KG.search(["]) * rng.randint(100, 200 * scale),
-            lambda: rng.choice(TEMPLATES) + rng.choice(UNITS) * rng.randint(1, 50 * scale) + rng.choice(TEMPLATES),
-        ]
-        yield rng.choice(kinds)()
+        yield degenerate_reply(rng, rng.randint(100, 300) if index % 100 == 99 else 1)
+
+
+def degenerate_reply(rng: random.Random, scale: int) -> str:
+    template, unit = rng.choice(TEMPLATES), rng.choice(UNITS)
+    kind = rng.randrange(8)
+    if kind == 0:  # random characters, lone surrogates and controls included
+        return "".join(rng.choice(ALPHABET) for _ in range(rng.randint(0, 1000 * min(scale, 4))))
+    if kind == 1:  # cut anywhere
+        return (template * scale)[: rng.randint(0, 120 * scale)]
+    if kind == 2:  # a word (and newlines) repeated
+        return unit * rng.randint(1, 200 * scale)
+    if kind == 3:  # invalid escapes
+        return template.replace("a", rng.choice(BAD_ESCAPES), rng.randint(1, 3)) * scale
+    if kind == 4:  # a huge argument string
+        return CALL.replace("Paris", "x" * rng.randint(100, 1_000 * scale))
+    if kind == 5:  # many calls
+        return "\n".join([rng.choice(TEMPLATES[:3])] * rng.randint(2, 20 * scale))
+    if kind == 6:  # deep nesting
+        return rng.choice(["[", '{"a":', "<tool_call>[", "KG.search(["]) * rng.randint(100, 200 * scale)
+    return template + unit * rng.randint(1, 50 * scale) + rng.choice(TEMPLATES)
 
 
 def react_parse(text: str) -> Any:
@@ -85,7 +94,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "fc": parse_text_tool_calls,
     "react": react_parse,
     "codeact": extract_code,
-    "kgetool": lambda text: parse_hermes_tool_calls(reply_text({"content": text, "reasoning_content": text[:99]})),
+    "kgetool": lambda text: parse_hermes_tool_calls(
+        reply_text({"content": text, "reasoning_content": text[:99]})
+    ),
     "kg_search": parse_search_calls,
     "kgtool_answer": parse_answer_names,
 }
@@ -156,7 +167,9 @@ ENVS: dict[str, Callable[[Any, Path], gym.Env]] = {
     "toolhop-hopgym": lambda sandbox, _: gym.make(
         "ToolHop-v0", data_path=SUBSET, protocol="hopgym", sandbox=sandbox
     ),
-    "familytool-extract": lambda sandbox, _: gym.make("FamilyTool-v0", variant="e", kg="extract", sandbox=sandbox),
+    "familytool-extract": lambda sandbox, _: gym.make(
+        "FamilyTool-v0", variant="e", kg="extract", sandbox=sandbox
+    ),
     "kgtool": lambda sandbox, folder: gym.make(
         "KGTool-v0", kg="family-e", data_path=family_kg_tasks(folder), sandbox=sandbox
     ),
@@ -179,7 +192,7 @@ def test_env_step_takes_degenerate_replies_and_returns_writable_records(
     replies = [text[:200_000] for text in degenerate_replies(rng, STEPPED_REPLIES)]
     try:
         for index, text in enumerate(replies):
-            observation, info = env.reset(options={"index": index % len(env.unwrapped.tasks)})
+            observation, _ = env.reset(options={"index": index % len(env.unwrapped.tasks)})
             tool_name = (observation["tools"] or [{"function": {"name": "none"}}])[0]["function"]["name"]
             for action in (text, as_tool_call(text, tool_name)):
                 if env.unwrapped._done:

@@ -28,6 +28,8 @@ _STRUCTURE = re.compile(r'[][{}"]')
 _STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
 """The rest of a JSON string after its opening quote, to its closing quote; possessive, so linear."""
 _CLOSES = {"}": "{", "]": "["}
+Spans = dict[int, tuple[int | None, int]]
+"""Candidate start -> (its end, or None when it cannot be JSON; the walk that found it)."""
 
 
 def tagged_segments(text: str) -> list[str]:
@@ -59,8 +61,7 @@ def _json_values(text: str) -> list[Any]:
     or holding an integer past Python's digit limit, is not JSON; after :data:`MAX_JSON_TOKENS` brackets
     and quotes the search ends with the values found so far."""
     text = parsed_text(text)
-    spans: dict[int, tuple[int | None, int]] = {}
-    """Candidate start -> (its end, or None when it cannot be JSON; the walk that found it)."""
+    spans: Spans = {}
     failures: dict[int, int] = {}
     """Walk -> the position where its last decoded candidate failed."""
     budget = [MAX_JSON_TOKENS]
@@ -87,7 +88,7 @@ def _json_values(text: str) -> list[Any]:
     return values
 
 
-def _walk(text: str, start: int, walk: int, spans: dict[int, tuple[int | None, int]], budget: list[int]) -> None:
+def _walk(text: str, start: int, walk: int, spans: Spans, budget: list[int]) -> None:
     """Match brackets from ``start`` as JSON would read them (strings skipped) until ``start`` closes, and
     note in ``spans`` where each bracket met on the way ends, or that it cannot be JSON."""
     stack: deque[int] = deque()
