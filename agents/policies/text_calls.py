@@ -24,9 +24,9 @@ MAX_JSON_DEPTH = 100
 MAX_JSON_TOKENS = 10_000
 """Brackets and quotes the JSON search walks in one text; the search ends there (see :func:`_json_values`)."""
 _OPENER = re.compile(r"[{\[]")
-_STRUCTURE = re.compile(r'[][{}"]')
-_STRING_REST = re.compile(r'[^"\\]*+(?:\\.[^"\\]*+)*+"', re.DOTALL)
-"""The rest of a JSON string after its opening quote, to its closing quote; possessive, so linear."""
+_TOKEN = re.compile(r'"[^"\\]*+(?:\\.[^"\\]*+)*+"|"|[][{}]', re.DOTALL)
+"""What bracket matching sees: a string (to its closing quote; possessive, so linear), a quote no quote
+closes, or a bracket."""
 _CLOSES = {"}": "{", "]": "["}
 Spans = dict[int, tuple[int | None, int]]
 """Candidate start -> (its end, or None when it cannot be JSON; the walk that found it)."""
@@ -92,29 +92,23 @@ def _walk(text: str, start: int, walk: int, spans: Spans, budget: list[int]) -> 
     """Match brackets from ``start`` as JSON would read them (strings skipped) until ``start`` closes, and
     note in ``spans`` where each bracket met on the way ends, or that it cannot be JSON."""
     stack: deque[int] = deque()
-    position = start
-    while budget[0] > 0 and (token := _STRUCTURE.search(text, position)) is not None:
+    for token in _TOKEN.finditer(text, start):
         budget[0] -= 1
-        index = token.start()
-        char = text[index]
-        position = index + 1
-        if char == '"':
-            rest = _STRING_REST.match(text, position)
-            if rest is None:  # an unterminated string: nothing open closes
-                break
-            position = rest.end()
-        elif char in _CLOSES:
-            if not stack:
-                return
+        if budget[0] < 0:
+            break
+        char = token[0]
+        if char == '"':  # a quote no quote closes: nothing open closes either
+            break
+        if char in _CLOSES:
             opened = stack.pop()
             if text[opened] != _CLOSES[char]:  # a mismatched bracket: nothing open is JSON
                 stack.append(opened)
                 break
-            spans[opened] = (index + 1, walk)
+            spans[opened] = (token.end(), walk)
             if not stack:
                 return
-        else:
-            stack.append(index)
+        elif char in "{[":
+            stack.append(token.start())
             if len(stack) > MAX_JSON_DEPTH:
                 spans[stack.popleft()] = (None, walk)
     for opened in stack:
