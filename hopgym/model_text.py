@@ -6,7 +6,7 @@ one), megabytes of one word and newlines, a reply cut mid-escape. A lone surroga
 UTF-8, so one in a reply would fail every later write of it (the run's records) and every RE2 search of it;
 :func:`valid_unicode` replaces each with U+FFFD at the two doors model text comes in by (the agent's model
 call and ``env.step``). Parsers read at most :data:`MAX_PARSED_CHARS` of a text (:func:`parsed_text`) and
-match with RE2 (:func:`linear`), whose time is linear in the text, where Python's ``re`` backtracks.
+match in linear time: with RE2 (:func:`linear`) where Python's ``re`` would backtrack, else with scanners.
 """
 
 from __future__ import annotations
