@@ -19,6 +19,7 @@ from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, actio
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.messages import ToolMessage
+from hopgym.model_text import valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
 
 TaskT = TypeVar("TaskT")
@@ -44,8 +45,10 @@ def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tu
 
 def checked_action(action: Any) -> dict[str, Any] | str:
     """The action as plain data, or :class:`ActionError` saying why it is no action (the same verdict as
-    ``action_space.contains``); raised before the episode changes, so the caller may send a valid one."""
-    action = as_action(action)
+    ``action_space.contains``); raised before the episode changes, so the caller may send a valid one.
+    Its text is made valid Unicode (a lone surrogate becomes U+FFFD), so whatever a model wrote can be
+    parsed, run and recorded."""
+    action = valid_unicode(as_action(action))
     problem = action_problem(action)
     if problem is not None:
         raise ActionError(f"{problem}; the episode is unchanged, step() again with a valid action")

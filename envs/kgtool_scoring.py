@@ -16,17 +16,22 @@ import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from hopgym.model_text import SPACE as S
+from hopgym.model_text import linear, parsed_text
+
 _BULLET = re.compile(r"^\s*(?:[-*\u2022]\s+)")
-_FENCE = re.compile(r"^\s*```(?:json)?\s*\n(.*?)\n\s*```\s*$", re.DOTALL)
+# RE2 (linear time): Python's re took cubic time on a fence and thousands of newlines.
+_FENCE = linear(rf"{S}*```(?:json)?{S}*\n((?s:.*?))\n{S}*```{S}*\z")
 
 
 def parse_answer_names(text: str | None) -> list[str]:
     """The names of a final answer, in order, without repeats.
 
     A JSON list of strings (optionally in a fenced block) is read as such; anything else is one name per
-    non-empty line, with a leading ``-``/``*`` bullet removed. Surrounding whitespace is ignored.
+    non-empty line, with a leading ``-``/``*`` bullet removed. Surrounding whitespace is ignored. Only the
+    first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters are read.
     """
-    body = (text or "").strip()
+    body = parsed_text(text).strip()
     fenced = _FENCE.match(body)
     if fenced:
         body = fenced.group(1).strip()
@@ -34,7 +39,7 @@ def parse_answer_names(text: str | None) -> list[str]:
     if body.startswith("["):
         try:
             parsed = json.loads(body)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; an integer past the digit limit; deep nesting
             parsed = None
         if isinstance(parsed, list) and all(isinstance(item, str) for item in parsed):
             names = [item.strip() for item in parsed]

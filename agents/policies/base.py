@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from hopgym.agents.model.client import ModelClient, ModelReply, Usage
+from hopgym.model_text import valid_unicode
 
 Action = dict[str, Any] | str
 CUT_OFF = "length"
@@ -82,11 +83,13 @@ class Agent(ABC):
     ) -> ModelReply:
         """A model call whose tokens, retries and latency count toward this episode (``client`` picks
         another model than the agent's own, e.g. KGETool's extraction model; ``sampling`` is what the
-        env's protocol asks for, ``info["sampling"]``)."""
+        env's protocol asks for, ``info["sampling"]``). The reply's text is made valid Unicode here, where
+        model text enters the agent, so a lone surrogate costs nothing but its character."""
         client = client or self.client
         reply = await client.complete(
             messages, tools=tools, tool_choice=tool_choice, stop=stop, sampling=sampling
         )
+        reply = replace(reply, message=valid_unicode(reply.message))  # hostile text: see model_text
         self.stats.usage.add(reply.usage)
         self.stats.model_turns += 1
         self.stats.model_latency_ms += reply.latency_ms

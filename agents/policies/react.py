@@ -9,7 +9,6 @@ it is counted, fed back with the expected format, and retried a few times before
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
@@ -18,6 +17,8 @@ from hopgym.agents.policies.base import Action, Agent, Observation, describe_too
 from hopgym.agents.policies.text_calls import parse_text_tool_calls
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call
+from hopgym.model_text import SPACE as S
+from hopgym.model_text import linear, parsed_text
 from hopgym.prompts import load_prompts
 
 
@@ -30,8 +31,11 @@ PROMPTS = load_prompts("hopgym.agents.prompts", "react.yaml", ReActPrompts, {"sy
 PROMPT = PROMPTS["system"]
 FORMAT_REMINDER = PROMPTS["format_reminder"]
 
-_ACTION = re.compile(r"Action\s*:\s*(?P<name>[^\n]*?)\s*\n+\s*Action\s*Input\s*:\s*(?P<input>.*)", re.DOTALL)
-_FINAL = re.compile(r"Final\s*Answer\s*:\s*(?P<answer>.*)", re.DOTALL)
+# RE2 (linear time): Python's re took cubic time on "Action: x" and thousands of newlines. What follows a
+# match is the input (the answer): the old patterns ended in a group taking the rest of the text.
+_ACTION = linear(rf"Action{S}*:{S}*(?P<name>[^\n]*?){S}*\n+{S}*Action{S}*Input{S}*:{S}*")
+_FINAL = linear(rf"Final{S}*Answer{S}*:{S}*")
+_OBSERVATION = linear(rf"\n{S}*Observation{S}*:")
 
 
 def parse_react(text: str) -> tuple[str, Any] | None:
@@ -39,14 +43,17 @@ def parse_react(text: str) -> tuple[str, Any] | None:
 
     Whichever of Action and Final Answer comes first wins. Arguments are the first JSON object after
     ``Action Input:``; when there is none, the raw text is passed on (the env records invalid arguments).
+    Only the first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters of ``text`` are read.
     """
+    text = parsed_text(text)
     action, final = _ACTION.search(text), _FINAL.search(text)
     if action and (not final or action.start() < final.start()):
         name = action["name"].strip().strip("`'\"")
-        raw_input = re.split(r"\n\s*Observation\s*:", action["input"])[0].strip()
+        observation = _OBSERVATION.search(text, action.end())
+        raw_input = text[action.end() : observation.start() if observation else len(text)].strip()
         return "call", (name, _first_json_object(raw_input, default=raw_input))
     if final:
-        return "final", final["answer"].strip()
+        return "final", text[final.end() :].strip()
     return None
 
 
@@ -56,7 +63,7 @@ def _first_json_object(text: str, default: str) -> Any:
         return default
     try:
         value, _ = json.JSONDecoder().raw_decode(text, start)
-    except json.JSONDecodeError:
+    except (ValueError, RecursionError):  # not JSON; an integer past the digit limit; nesting past the stack
         return default
     return value if isinstance(value, dict) else default
 

@@ -46,6 +46,7 @@ from dataclasses import dataclass
 from typing import Literal, get_args
 
 from hopgym.errors import ConfigError
+from hopgym.model_text import parsed_text
 from hopgym.options import check_choice
 from hopgym.tasks.kg.graph import KnowledgeGraph
 from hopgym.tasks.kg.triples import Triple
@@ -60,11 +61,13 @@ READINGS: tuple[Reading, ...] = get_args(Reading)
 BAD_EXTRACT = "<bad_extract>"
 ALL_RELATIONS = "\u5168\u90e8"  # 全部, "all": the official parser glues it onto the relation before it
 
-# The official parser: an unescaped dot (so ``KG_search(`` matches too), no match across lines, the first ")".
-_KG_SEARCH_CALL = re.compile(r"KG.search\((.*?)\)")
+# The official parser reads calls with the patterns ``KG.search\((.*?)\)`` (an unescaped dot, so
+# ``KG_search(`` matches too; no match across lines; the first ")"), ``start=([^,]+)``,
+# ``path=\[([^\]]+)\]`` and removes ``<.*?>``. The scanners below have their meaning in linear time
+# (Python's re took quadratic time and more on a reply of many "KG.search(" or "path=[" without an end).
+_CALL_HEAD = re.compile(r"KG[^\n]search\(")
 _START = re.compile(r"start=([^,]+)")
-_PATH = re.compile(r"path=\[([^\]]+)\]")
-_TAG = re.compile(r"<.*?>")
+_PATH_HEAD = "path=["
 _DELETED = str.maketrans(
     {
         "'": None,
@@ -110,18 +113,67 @@ def parse_search_calls(text: str, reading: str = "official") -> list[SearchCall]
     Quotes and all spaces are deleted, full-width punctuation is made ASCII and ``<...>`` tags (the prompt's
     ``<relationship>`` prefix) are removed; keywords are the lowercase ``start=`` / ``path=``. In the
     official reading an item ``全部`` is glued onto the item before it (see :func:`glue_all_relations`).
+    Only the first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters of ``text`` are read.
     """
     check_reading(reading)
     calls = []
-    for raw in _KG_SEARCH_CALL.findall(text or ""):
-        cleaned = _TAG.sub("", raw.translate(_DELETED).translate(_FULL_WIDTH))
+    for raw in _call_texts(parsed_text(text)):
+        cleaned = _without_tags(raw.translate(_DELETED).translate(_FULL_WIDTH))
         start = _START.search(cleaned)
-        path = _PATH.search(cleaned)
-        items = tuple(item.strip() for item in path.group(1).split(",")) if path else None
+        path = _path_text(cleaned)
+        items = tuple(item.strip() for item in path.split(",")) if path is not None else None
         if items is not None and reading == "official":
             items = glue_all_relations(items)
         calls.append(SearchCall(text=raw, start=start.group(1).strip() if start else None, path=items))
     return calls
+
+
+def _call_texts(text: str) -> list[str]:
+    r"""``re.findall(r"KG.search\((.*?)\)", text)``: the next ")" on the line ends a call's text."""
+    texts = []
+    position = 0
+    close = newline = -1
+    while (head := _CALL_HEAD.search(text, position)) is not None:
+        body = head.end()
+        if close < body:  # where the next ")" and newline are, each found once per stretch of text
+            close = _find(text, ")", body)
+        if newline < body:
+            newline = _find(text, "\n", body)
+        if close < min(newline, len(text)):
+            texts.append(text[body:close])
+            position = close + 1
+        else:  # no ")" before the line ends: neither has any call starting on this line
+            position = newline + 1
+    return texts
+
+
+def _find(text: str, sub: str, start: int) -> int:
+    found = text.find(sub, start)
+    return len(text) if found < 0 else found
+
+
+def _without_tags(text: str) -> str:
+    """``re.sub(r"<.*?>", "", text)`` for a text without newlines (a call's text has none)."""
+    kept = []
+    position = 0
+    while (start := text.find("<", position)) >= 0 and (end := text.find(">", start + 1)) >= 0:
+        kept.append(text[position:start])
+        position = end + 1
+    kept.append(text[position:])
+    return "".join(kept)
+
+
+def _path_text(text: str) -> str | None:
+    r"""The group of ``re.search(r"path=\[([^\]]+)\]", text)``, or None when it does not match."""
+    position = 0
+    while (start := text.find(_PATH_HEAD, position)) >= 0:
+        end = text.find("]", start + len(_PATH_HEAD))
+        if end < 0:
+            return None
+        if end > start + len(_PATH_HEAD):
+            return text[start + len(_PATH_HEAD) : end]
+        position = start + 1
+    return None
 
 
 def glue_all_relations(items: Sequence[str]) -> tuple[str, ...]:

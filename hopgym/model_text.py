@@ -1,0 +1,86 @@
+"""Model text is hostile input: where it enters the host it is made valid Unicode, and parsers read a bounded
+prefix of it with linear-time patterns.
+
+A policy under RL emits anything: a lone surrogate (``json.loads`` of a reply holding ``"\\ud800"`` gives
+one), megabytes of one word and newlines, a reply cut mid-escape. A lone surrogate cannot be encoded as
+UTF-8, so one in a reply would fail every later write of it (the run's records) and every RE2 search of it;
+:func:`valid_unicode` replaces each with U+FFFD at the two doors model text comes in by (the agent's model
+call and ``env.step``). Parsers read at most :data:`MAX_PARSED_CHARS` of a text (:func:`parsed_text`) and
+match in linear time: with RE2 (:func:`linear`) where Python's ``re`` would backtrack, else with scanners.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from typing import Any, TypeVar
+
+import re2
+
+MAX_PARSED_CHARS = 2**20
+"""Characters of one model text a parser reads (1 Mi); the rest is ignored. A reply this long holds no
+meaningful tool call or answer past that point (replies are capped at a few thousand tokens in practice),
+and scoring keeps its meaning: an answer is read from its first MiB."""
+REPLACEMENT = "\ufffd"
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+T = TypeVar("T")
+
+SPACE = "[" + "".join(f"\\x{{{code:x}}}" for code in range(sys.maxunicode + 1) if chr(code).isspace()) + "]"
+"""An RE2 character class matching exactly what Python's ``\\s`` matches in a str pattern (RE2's own
+``\\s`` is ASCII only): patterns ported from ``re`` keep their meaning."""
+
+_OPTIONS = re2.Options()
+_OPTIONS.log_errors = False
+
+
+def linear(pattern: str) -> Any:
+    """``pattern`` compiled by RE2: matching time linear in the text, whatever the text. The text must be
+    valid Unicode (see :func:`parsed_text`); ``\\s`` must be written as :data:`SPACE`, ``$`` as ``\\z``."""
+    return re2.compile(pattern, _OPTIONS)
+
+
+def valid_text(text: str) -> str:
+    """``text`` with each lone surrogate replaced by U+FFFD (the same object when it has none)."""
+    if text.isascii():
+        return text
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return _LONE_SURROGATE.sub(REPLACEMENT, text)
+    return text
+
+
+def valid_unicode(value: T) -> T:
+    """``value`` (JSON-like data: strings, and dicts, lists, tuples of them) with every string, dict keys
+    included, made valid Unicode by :func:`valid_text`; other values are kept as they are, and so is every
+    container that held nothing to replace. Iterative, so no nesting depth makes it fail."""
+    if isinstance(value, str):
+        return valid_text(value)  # type: ignore[return-value]
+    if not isinstance(value, (dict, list, tuple)):
+        return value
+    done: dict[int, Any] = {}
+    pending: list[tuple[Any, bool]] = [(value, False)]
+    while pending:
+        node, children_done = pending.pop()
+        if id(node) in done:
+            continue
+        items = list(node.values()) if isinstance(node, dict) else list(node)
+        inner = [item for item in items if isinstance(item, (dict, list, tuple)) and id(item) not in done]
+        if not children_done and inner:
+            pending.append((node, True))
+            pending.extend((item, False) for item in inner)
+            continue
+        clean = [valid_text(item) if isinstance(item, str) else done.get(id(item), item) for item in items]
+        if isinstance(node, dict):
+            keys = [valid_text(key) if isinstance(key, str) else key for key in node]
+            changed = any(a is not b for a, b in zip([*keys, *clean], [*node, *items], strict=True))
+            done[id(node)] = dict(zip(keys, clean, strict=True)) if changed else node
+        else:
+            changed = any(a is not b for a, b in zip(clean, items, strict=True))
+            done[id(node)] = type(node)(clean) if changed else node
+    return done[id(value)]  # type: ignore[no-any-return]
+
+
+def parsed_text(text: str | None) -> str:
+    """What a parser of model text reads: its first :data:`MAX_PARSED_CHARS` characters, valid Unicode."""
+    return valid_text((text or "")[:MAX_PARSED_CHARS])
