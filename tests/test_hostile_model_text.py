@@ -175,6 +175,7 @@ def test_construction_replies_parse_in_linear_time_and_never_raise() -> None:
         for text in ("{" * 100_000, '{"a": ' + "9" * 10_000 + "}"):
             assert parse(text)[0] is None
     assert parse_json_reply("```json\n" + " " * 10_000 + '{"a": 1}```') == ({"a": 1}, [])
+    assert parse_json_reply('{"tool": {"name": "\\ud800"}}') == ({"tool": {"name": "\ufffd"}}, [])
     assert parse_translation('x {"Natural Language Question": "Who is A?"} y', ["A"]) == ("Who is A?", "")
 
 

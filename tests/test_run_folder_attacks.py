@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from hopgym.agents.construction.pipeline import construct_dataset, rows_path
 from hopgym.agents.evaluation import run_folder
 from hopgym.agents.evaluation.records import EpisodeWriter, read_episode_file, read_episodes
 from hopgym.agents.model.scripted_server import ScriptedModelServer
@@ -207,6 +208,16 @@ def test_resume_refuses_a_damaged_file_and_leaves_it_as_it_is(
         assert main(eval_args(server, run_copy, "--resume", "--retry-errors")) == 2
     assert f"episodes.jsonl:{first} is not a JSON record" in capsys.readouterr().err
     assert (run_copy / "episodes.jsonl").read_bytes() == before
+
+
+def test_construct_resume_refuses_a_malformed_row_record(tmp_path: Path) -> None:
+    """Found in review: ``construct --resume`` built each row of its rows file unchecked, so one JSON object
+    of another shape ended it with a bare KeyError. Now the file is refused, naming the line."""
+    out = tmp_path / "dataset.json"
+    out.with_suffix(".run.json").write_text("{}")
+    rows_path(out).write_text('{"id": "r", "tools": [], "usage": {}}\n{"id": "x"}\n')
+    with pytest.raises(DataError, match=r"dataset\.rows\.jsonl:2 is not a row record \(KeyError"):
+        construct_dataset([], None, out, {}, progress=False, resume=True)  # type: ignore[arg-type]
 
 
 def test_what_the_writer_writes_the_reader_reads_back(tmp_path: Path) -> None:

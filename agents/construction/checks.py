@@ -22,7 +22,7 @@ from hopgym.envs.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.model_text import SPACE as S
-from hopgym.model_text import linear, outermost_braces, parsed_text
+from hopgym.model_text import linear, outermost_braces, parsed_text, valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
 from hopgym.tasks.task import GoldCall
 from hopgym.tasks.tool_source import read_tool_source
@@ -69,7 +69,7 @@ def parse_json_reply(text: str) -> tuple[dict[str, Any] | None, list[str]]:
         except (ValueError, RecursionError):  # not JSON; an integer past the digit limit; deep nesting
             continue
         if isinstance(value, dict):
-            return value, []
+            return valid_unicode(value), []  # its escapes may spell lone surrogates: see model_text
     return None, [f"the reply is not one JSON object; it began: {_shown(text.strip()[:120])!r}"]
 
 
