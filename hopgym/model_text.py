@@ -84,3 +84,10 @@ def valid_unicode(value: T) -> T:
 def parsed_text(text: str | None) -> str:
     """What a parser of model text reads: its first :data:`MAX_PARSED_CHARS` characters, valid Unicode."""
     return valid_text((text or "")[:MAX_PARSED_CHARS])
+
+
+def outermost_braces(text: str) -> str | None:
+    """The span of ``text`` from its first ``{`` to its last ``}`` (where a reply's one JSON object is
+    looked for), or None: what ``re.search(r"\\{.*\\}", text, re.S)`` matches, in linear time."""
+    start, end = text.find("{"), text.rfind("}")
+    return text[start : end + 1] if 0 <= start < end else None

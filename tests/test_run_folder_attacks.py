@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from hopgym.agents.construction.pipeline import construct_dataset, rows_path
 from hopgym.agents.evaluation import run_folder
 from hopgym.agents.evaluation.records import EpisodeWriter, read_episode_file, read_episodes
 from hopgym.agents.model.scripted_server import ScriptedModelServer
@@ -185,7 +186,7 @@ def test_malformed_records_are_named_and_skipped_and_other_runs_still_served(
             assert damaged["skipped"] == read.skipped
             assert "surrogate" in {o["task_id"] for o in damaged["outlines"]}
             record = get_json(server.url, "/api/episode?run=0&task=surrogate&sample=0")
-            assert record["final_answer"] == "\ud800 \udfff"  # served as JSON escapes, read back whole
+            assert record["final_answer"] == "\ufffd \ufffd"  # read as valid Unicode, like model text
         finally:
             server.shutdown()
 
@@ -209,15 +210,39 @@ def test_resume_refuses_a_damaged_file_and_leaves_it_as_it_is(
     assert (run_copy / "episodes.jsonl").read_bytes() == before
 
 
+def test_construct_resume_refuses_a_malformed_row_record(tmp_path: Path) -> None:
+    """Found in review: ``construct --resume`` built each row of its rows file unchecked, so one JSON object
+    of another shape ended it with a bare KeyError. Now the file is refused, naming the line."""
+    out = tmp_path / "dataset.json"
+    out.with_suffix(".run.json").write_text("{}")
+    rows_path(out).write_text('{"id": "r", "tools": [], "usage": {}}\n{"id": "x"}\n')
+    with pytest.raises(DataError, match=r"dataset\.rows\.jsonl:2 is not a row record \(KeyError"):
+        construct_dataset([], None, out, {}, progress=False, resume=True)  # type: ignore[arg-type]
+
+
 def test_what_the_writer_writes_the_reader_reads_back(tmp_path: Path) -> None:
     """A lone surrogate or a NaN in a record (model output, a metric) neither ends the run nor damages the
-    file: the surrogate is written as its escape, the NaN as null."""
+    file: the surrogate is written as its escape and read back as U+FFFD, the NaN as null."""
     writer = EpisodeWriter(tmp_path / "episodes.jsonl")
     writer.write({"task_id": "t", "final_answer": "\ud800", "metrics": {"f1": float("nan")}})
     writer.close()
     assert read_episodes(tmp_path / "episodes.jsonl") == [
-        {"task_id": "t", "final_answer": "\ud800", "metrics": {"f1": None}}
+        {"task_id": "t", "final_answer": "\ufffd", "metrics": {"f1": None}}
     ]
+
+
+def test_report_of_a_record_holding_a_lone_surrogate_prints_and_writes(tmp_path: Path) -> None:
+    """Found in review: a record holding a lone surrogate (a tool's result, as hopgym itself writes it:
+    a ``\\udXXX`` escape) made ``hopgym report`` fail to print its table and to write ``--out``."""
+    run = tmp_path / "run"
+    run.mkdir()
+    record = {"task_id": "t\ud800", "index": 0, "correct": False, "turns": 1, "error": "Bad\udfffError: x"}
+    (run / "episodes.jsonl").write_text(json.dumps(record) + "\n")
+    (run / "run.json").write_text(json.dumps({"env": "ToolHop-v0", "agent": "fc", "model": "m\udbff"}))
+    done = hopgym("report", str(run), "--out", str(tmp_path / "report"))
+    assert done.returncode == 0, done.stderr
+    assert "m\ufffd" in done.stdout
+    assert "m\ufffd" in (tmp_path / "report" / "report.md").read_text()
 
 
 def test_reads_are_bounded_per_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

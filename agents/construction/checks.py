@@ -21,13 +21,16 @@ from hopgym.envs.feedback import is_error_value, render_value
 from hopgym.envs.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
+from hopgym.model_text import SPACE as S
+from hopgym.model_text import linear, outermost_braces, parsed_text, valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
 from hopgym.tasks.task import GoldCall
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop.gold_calls import parse_gold_call
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-_FENCE = re.compile(r"```(?:json)?\s*(.*?)```", re.DOTALL)
+# RE2 (linear time): Python's re took quadratic time on a fence and a long run of spaces (20 KB: ~9 s).
+_FENCE = linear(rf"```(?:json)?{S}*((?s:.*?))```")
 _BAD_VALUE_BY_TYPE = {
     "integer": "not a number",
     "number": "not a number",
@@ -46,27 +49,27 @@ def _shown(value: Any) -> str:
 
 def _json_candidates(text: str) -> list[str]:
     candidates = [text.strip(), *(match.strip() for match in _FENCE.findall(text))]
-    start, end = text.find("{"), text.rfind("}")
-    if 0 <= start < end:
-        candidates.append(text[start : end + 1])
-    return candidates
+    braced = outermost_braces(text)
+    return candidates if braced is None else [*candidates, braced]
 
 
 def parse_json_reply(text: str) -> tuple[dict[str, Any] | None, list[str]]:
     """The JSON object of a reply (bare, in a ```json fence, or the outermost ``{...}`` span).
 
     llama.cpp's ``chatml-function-calling`` template HTML-escapes the prompt, and small models echo
-    the entities (``&#34;`` for ``"``), so an unescaped reading is tried after the literal one.
+    the entities (``&#34;`` for ``"``), so an unescaped reading is tried after the literal one. Only the
+    first :data:`~hopgym.model_text.MAX_PARSED_CHARS` characters of ``text`` are read.
     """
+    text = parsed_text(text)
     unescaped = html.unescape(text)
     candidates = _json_candidates(text) + (_json_candidates(unescaped) if unescaped != text else [])
     for candidate in candidates:
         try:
             value = json.loads(candidate)
-        except json.JSONDecodeError:
+        except (ValueError, RecursionError):  # not JSON; an integer past the digit limit; deep nesting
             continue
         if isinstance(value, dict):
-            return value, []
+            return valid_unicode(value), []  # its escapes may spell lone surrogates: see model_text
     return None, [f"the reply is not one JSON object; it began: {_shown(text.strip()[:120])!r}"]
 
 

@@ -12,7 +12,6 @@ attempt.
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -35,7 +34,7 @@ from hopgym.agents.construction.stage_prompts import (
     retry_prompt,
 )
 from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable
-from hopgym.agents.evaluation.run_folder import read_records
+from hopgym.agents.evaluation.run_folder import read_records, write_json
 from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
 from hopgym.errors import ConfigError
@@ -345,9 +344,9 @@ def construct_dataset(
     verified = [
         dataset_row(row, record) for row, record in zip(rows, records, strict=True) if record.passed(row)
     ]
-    out.write_text(json.dumps(verified, indent=2, ensure_ascii=False) + "\n")
+    write_json(out, verified)
     report = construction_report(rows, records, settings)
-    report_path(out).write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_json(report_path(out), report)
     return report
 
 
@@ -356,11 +355,20 @@ def _open_rows_file(out: Path, settings: Mapping[str, Any], resume: bool) -> dic
     identity = out.with_suffix(".run.json")
     check_resumable(out, identity, rows_path(out), settings, resume)
     out.parent.mkdir(parents=True, exist_ok=True)
-    identity.write_text(json.dumps(dict(settings), indent=2) + "\n")
+    write_json(identity, dict(settings))
     return {
         record["id"]: RowRecord.from_dict(record)
-        for record in read_records(rows_path(out), resume=True).records
+        for record in read_records(rows_path(out), _row_problem, resume=True).records
     }
+
+
+def _row_problem(record: dict[str, Any]) -> str | None:
+    """What makes ``record`` no row record (None: nothing): ``--resume`` refuses its rows file, naming it."""
+    try:
+        RowRecord.from_dict(record)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        return f"not a row record ({type(exc).__name__}: {exc})"
+    return None
 
 
 def report_path(out: Path) -> Path:

@@ -61,7 +61,7 @@ class EpisodeRecord(TypedDict):
     """The Ray node that ran the episode (``--executor ray``)."""
 
 
-_SCALAR_FIELDS: dict[str, tuple[type, ...]] = {
+_FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "task_id": (str, int),
     "index": (int,),
     "sample": (int, type(None)),
@@ -93,7 +93,7 @@ def episode_problem(record: dict[str, Any]) -> str | None:
     with holding another type (a string ``sample``, a number as ``calls``, ...)."""
     if "task_id" not in record:
         return "no task_id"
-    for key, types in _SCALAR_FIELDS.items():
+    for key, types in _FIELD_TYPES.items():
         if key in record and not isinstance(record[key], types):
             return f"its {key} is a JSON {type(record[key]).__name__}"
     for call in record.get("calls") or ():

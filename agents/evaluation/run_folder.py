@@ -25,6 +25,7 @@ import json
 import logging
 import math
 import os
+import re
 import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
@@ -32,6 +33,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from hopgym.errors import DataError
+from hopgym.model_text import valid_unicode
 
 MAX_DOCUMENT_BYTES = 64 * 2**20
 """A run folder's JSON or Markdown document (``run.json``, ``summary.json``, ``summary.md``)."""
@@ -40,6 +42,8 @@ MAX_LINE_BYTES = 128 * 2**20
 MAX_RECORDS_BYTES = 8 * 2**30
 """A whole records file (``episodes.jsonl``): thousands of episodes of a few MiB each."""
 _CHUNK = 2**20
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+"""A ``\\uXXXX`` escape of a surrogate: the only way JSON text gives a lone one."""
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
     (stat.S_ISFIFO, "a FIFO"),
@@ -142,13 +146,15 @@ def _no_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
-def loads(text: str | bytes) -> Any:
-    """Strict JSON (no ``NaN`` or ``Infinity``; bytes must be UTF-8); ``ValueError`` otherwise, also for
-    nesting too deep to parse."""
+def loads(data: bytes) -> Any:
+    """Strict JSON (no ``NaN`` or ``Infinity``; UTF-8); ``ValueError`` otherwise, also for nesting too deep
+    to parse. Its strings are valid Unicode: a lone surrogate (an escape in the text, as :func:`json_bytes`
+    writes one) is read as U+FFFD, so no reader fails to print or write what it read."""
     try:
-        return json.loads(text.decode() if isinstance(text, bytes) else text, parse_constant=_no_constant)
+        value = json.loads(data.decode(), parse_constant=_no_constant)
     except RecursionError:
         raise ValueError("nested too deeply") from None
+    return valid_unicode(value) if _SURROGATE_ESCAPE.search(data) else value
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -178,7 +184,8 @@ def _finite(value: Any) -> Any:
 
 def json_bytes(value: Any, indent: int | None = None) -> bytes:
     """``value`` as strict UTF-8 JSON, so that :func:`loads` reads it back whatever it holds: a number that
-    is not finite becomes null, a lone surrogate in a string (not encodable) its ``\\uXXXX`` escape."""
+    is not finite becomes null, a lone surrogate in a string (not encodable) its ``\\uXXXX`` escape (read
+    back as U+FFFD)."""
     try:
         text = json.dumps(value, ensure_ascii=False, allow_nan=False, default=repr, indent=indent)
     except ValueError:  # NaN or an infinity somewhere: the rare case pays for the walk

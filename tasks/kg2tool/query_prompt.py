@@ -11,10 +11,10 @@ in tasks/prompts/kg2tool.yaml.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Mapping
 from typing import Any, TypedDict
 
+from hopgym.model_text import outermost_braces, parsed_text
 from hopgym.prompts import load_prompts
 from hopgym.tasks.fol.queries import FolTree, pattern_template
 from hopgym.tasks.kg2tool.generated_tools import GeneratedTool
@@ -122,16 +122,13 @@ def translation_messages(instance: Mapping[str, Any]) -> list[dict[str, str]]:
     return [{"role": "system", "content": system}, {"role": "user", "content": request}]
 
 
-_JSON_OBJECT = re.compile(r"\{.*\}", re.DOTALL)
-
-
 def parse_translation(reply: str, mentions: list[str]) -> tuple[str | None, str]:
     """(question, "") when the reply is the expected JSON object and names every entity as given,
     else (None, why not)."""
-    match = _JSON_OBJECT.search(reply or "")
+    braced = outermost_braces(parsed_text(reply))
     try:
-        value = json.loads(match.group(0)) if match else None
-    except json.JSONDecodeError:
+        value = json.loads(braced) if braced is not None else None
+    except (ValueError, RecursionError):  # not JSON; an integer past the digit limit; deep nesting
         value = None
     question = value.get(ANSWER_KEY) if isinstance(value, dict) else None
     if not isinstance(question, str) or not question.strip():
