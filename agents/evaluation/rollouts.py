@@ -174,6 +174,24 @@ class Rollouts:
         """Stop the env threads (waiting for those still running)."""
         self._executor.shutdown(wait=True, cancel_futures=True)
 
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    async def acquire(self) -> gym.Env:
+        """A free env of the pool (waiting for one), for an episode the caller drives itself (a verifiers
+        rollout); give it back with :meth:`release`."""
+        return await self._started_pool().acquire()
+
+    def release(self, env: gym.Env, healthy: bool = True) -> None:
+        """Take back an env from :meth:`acquire`; an unhealthy one is closed and replaced."""
+        self._started_pool().release(env, healthy)
+
+    def _started_pool(self) -> EnvPool:
+        if self._pool is None:
+            raise RuntimeError("Rollouts.start() must come before episodes")
+        return self._pool
+
     async def __aenter__(self) -> Rollouts:
         await self.start()
         return self
@@ -188,13 +206,11 @@ class Rollouts:
         ``{"task_id": id}``; none draws a task), then the policy's actions until the env ends it. Any
         exception ends only this episode, as its ``error`` (cancellation still propagates). An env whose
         episode failed other than by the policy's model or an invalid action is replaced."""
-        if self._pool is None:
-            raise RuntimeError("Rollouts.start() must come before episodes")
-        pool = self._pool
+        self._started_pool()
         rollout = Rollout()
         started = time.perf_counter()
         try:
-            env = await pool.acquire()
+            env = await self.acquire()
             healthy = True
             try:
                 started = time.perf_counter()  # waiting for an env is not episode time
@@ -205,7 +221,7 @@ class Rollouts:
                 healthy = isinstance(exc, (ModelError, ActionError))
                 raise
             finally:
-                pool.release(env, healthy)
+                self.release(env, healthy)
         except Exception as exc:
             rollout.error = f"{type(exc).__name__}: {exc}"
         rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
