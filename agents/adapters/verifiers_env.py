@@ -51,13 +51,12 @@ def tool_def(tool: Mapping[str, Any]) -> dict[str, Any]:
 
 def task_rows(env: gym.Env) -> Dataset:
     """One row per task of ``env``: the first observation's messages and the row's tools."""
-    rows: dict[str, list[Any]] = {"prompt": [], "info": [], "task": []}
+    rows: dict[str, list[Any]] = {"prompt": [], "info": []}
     for index in range(len(chat_env(env).tasks)):
         observation, info = env.reset(options={"index": index})
         rows["prompt"].append([{"role": m["role"], "content": m["content"]} for m in observation["messages"]])
         tools = [tool_def(tool) for tool in observation["tools"]]
         rows["info"].append(json.dumps({"index": index, "task_id": info["task_id"], "tool_defs": tools}))
-        rows["task"].append(env.spec.id if env.spec is not None else "hopgym")
     return Dataset.from_dict(rows)
 
 
@@ -92,17 +91,12 @@ class HopgymEnv(vf.MultiTurnEnv):
             dataset = task_rows(first)
         finally:
             first.close()
-        super().__init__(
-            eval_dataset=dataset,
-            rubric=hopgym_rubric(),
-            env_id=rollouts.env_id,
-            env_args={"env_id": rollouts.env_id, **rollouts.env_kwargs},
-        )
+        super().__init__(eval_dataset=dataset, rubric=hopgym_rubric())
 
     async def setup_state(self, state: vf.State) -> vf.State:
         async with self._started:
-            if not self._hopgym.started:
-                await self._hopgym.start()
+            if not self._hopgym.started:  # envs are made as rollouts ask, up to ``concurrency``
+                await self._hopgym.start(prefill=False)
         env = await self._hopgym.acquire()
         self._borrowed[state["trajectory_id"]] = env
         info = state["info"]

@@ -151,16 +151,23 @@ class Rollouts:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
 
-    async def start(self, size: int | None = None, first_env: gym.Env | None = None) -> None:
+    async def start(
+        self, size: int | None = None, first_env: gym.Env | None = None, prefill: bool = True
+    ) -> None:
         """Make the pool of ``size`` envs (default: ``concurrency``; ``first_env`` among them, if given) and
-        warm their sandboxes before the first episode."""
+        warm their sandboxes before the first episode; without ``prefill``, only the first env is made now
+        and the others when episodes ask for them."""
         first = first_env if first_env is not None else await self.in_thread(self.make_env)
         self._pool = EnvPool(self.make_env, size or self.concurrency, first, self.in_thread)
-        await self._pool.fill()
+        if prefill:
+            await self._pool.fill()
 
     async def close(self) -> None:
         """Wait for the env threads (envs still being made, steps still running), then close every env and
         its sandbox; no episode runs after this."""
+        if self._pool is None:  # nothing made: nothing to wait for
+            self.shutdown()
+            return
         await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
 
     def _close_envs(self) -> None:
