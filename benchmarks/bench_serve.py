@@ -86,26 +86,33 @@ async def in_process(concurrency: int, episodes: int, turns: int) -> dict[str, f
 
 
 async def through_server(url: str, concurrency: int, episodes: int, turns: int) -> dict[str, float]:
+    """``concurrency`` sessions, opened (their envs made) and warmed up before the timed episodes."""
     step_ms: list[float] = []
-    queue = list(range(episodes))
+    queue: list[int] = []
 
-    async def session() -> None:
-        async with HopgymEnvClient(url) as client:
-            while queue:
-                index = queue.pop() % 100
-                result = await client.reset(index=index)
-                while not result.done:
-                    chosen = HopgymAction.of(action(result.observation.model_dump(), turns))
-                    started = time.perf_counter()
-                    result = await client.step(chosen)
-                    step_ms.append((time.perf_counter() - started) * 1000)
+    async def play(client: HopgymEnvClient) -> None:
+        while queue:
+            result = await client.reset(index=queue.pop() % 100)
+            while not result.done:
+                chosen = HopgymAction.of(action(result.observation.model_dump(), turns))
+                started = time.perf_counter()
+                result = await client.step(chosen)
+                step_ms.append((time.perf_counter() - started) * 1000)
 
-    await asyncio.gather(*(session() for _ in range(concurrency)))  # warm-up: each session's env made
-    queue[:] = range(episodes)
-    step_ms.clear()
-    started = time.perf_counter()
-    await asyncio.gather(*(session() for _ in range(concurrency)))
-    return figures(step_ms, time.perf_counter() - started)
+    clients = [HopgymEnvClient(url) for _ in range(concurrency)]
+    try:
+        for client in clients:
+            await client.connect()
+        queue[:] = range(concurrency)
+        await asyncio.gather(*(play(client) for client in clients))  # warm-up: each session's env made
+        queue[:] = range(episodes)
+        step_ms.clear()
+        started = time.perf_counter()
+        await asyncio.gather(*(play(client) for client in clients))
+        return figures(step_ms, time.perf_counter() - started)
+    finally:
+        for client in clients:
+            await client.close()
 
 
 def serve(max_sessions: int, turns: int) -> tuple[subprocess.Popen, str]:

@@ -26,6 +26,7 @@ import gymnasium as gym
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
+from starlette.websockets import WebSocketDisconnect
 
 from hopgym import __version__
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
@@ -169,11 +170,28 @@ def env_app(served: ServedEnv, api_key: str | None = None) -> Any:
         env_name=served.env_id,
         max_concurrent_envs=served.max_sessions,
     )
-    return ApiKeyGate(app, api_key) if api_key else app
+    quiet = QuietClose(app)
+    return ApiKeyGate(quiet, api_key) if api_key else quiet
 
 
 Scope = MutableMapping[str, Any]
 ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+class QuietClose:
+    """ASGI middleware: openenv closes every ended WebSocket session, and when the client closed first that
+    close raises ``WebSocketDisconnect`` (openenv catches only ``RuntimeError``), which uvicorn would log as a
+    crash of the app at each normal session end. The session is destroyed (its env closed) before."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self._app(scope, receive, send)
+            return
+        with contextlib.suppress(WebSocketDisconnect):
+            await self._app(scope, receive, send)
 
 
 class ApiKeyGate:
