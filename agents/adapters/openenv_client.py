@@ -34,6 +34,8 @@ _REFUSAL_WAIT = 1.0
 class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
     """One session of a ``hopgym serve env`` server. ``api_key``: the server's, when it has one."""
 
+    _ws: Any  # EnvClient's connection (openenv-core is untyped)
+
     def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
         super().__init__(base_url, **options)
         self._api_key = api_key
