@@ -315,11 +315,23 @@ def served_in_thread(api_key: str) -> Iterator[str]:
             thread.join(timeout=30)
 
 
-def test_an_api_key_guards_every_route_but_health_and_an_open_address_needs_one() -> None:
-    refused = subprocess.run(
-        hopgym("serve", "env", "--host", "0.0.0.0"), capture_output=True, text=True, timeout=60
-    )
-    assert refused.returncode == 2 and "--api-key" in refused.stderr
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--host", "0.0.0.0"], "--api-key"),
+        (["--env", "ToolHopp-v0"], "did you mean 'ToolHop-v0'"),
+        (["--env-arg", "scenarioo=free"], "scenarioo"),
+        (["--max-sessions", "0"], "--max-sessions"),
+    ],
+)
+def test_a_server_that_cannot_serve_as_asked_refuses_to_start_and_says_why(
+    flags: list[str], named: str
+) -> None:
+    refused = subprocess.run(hopgym("serve", "env", *flags), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and named in refused.stderr and "ready:" not in refused.stdout
+
+
+def test_an_api_key_guards_every_route_but_health() -> None:
     with served_in_thread("s3cret") as url:
         assert urllib.request.urlopen(f"{url}/health").status == 200
         with pytest.raises(urllib.error.HTTPError) as unauthorized:

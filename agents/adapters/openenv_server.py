@@ -31,7 +31,6 @@ from starlette.websockets import WebSocketDisconnect
 from hopgym import __version__
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.agents.evaluation.rollouts import make_env
-from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ConfigError, EnvServerError, HopgymError
 
 API_KEY_HEADER = "authorization"
@@ -55,9 +54,8 @@ class ServedEnv:
         self._places = threading.BoundedSemaphore(self.max_sessions)
 
     def check(self) -> str:
-        """Make one env and close it: an unknown id, a bad kwarg or missing data fails here, before the
-        server listens. Returns the sandbox isolation the env reports."""
-        check_env_options(self.env_id, self.env_kwargs)
+        """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
+        server listens (unknown ids and kwargs: ``check_env_options``). Returns the sandbox isolation."""
         env = make_env(self.env_id, self.env_kwargs)
         try:
             _, info = env.reset(options={"index": 0})

@@ -136,8 +136,12 @@ def check_exposure(host: str, api_key: str | None) -> None:
 
 
 def serve_env(args: argparse.Namespace) -> int:
+    from hopgym.envs.env_options import check_env_options
+
     api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
     check_exposure(args.host, api_key)
+    env_kwargs = env_kwargs_from(args)
+    check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
     try:
         import uvicorn
 
@@ -146,7 +150,7 @@ def serve_env(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
         ) from exc
-    served = ServedEnv(args.env, env_kwargs_from(args), args.max_sessions)
+    served = ServedEnv(args.env, env_kwargs, args.max_sessions)
     isolation = served.check()
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
