@@ -84,3 +84,7 @@ class KGError(HopgymError, LookupError):
 
 class ContractError(HopgymError, AssertionError):
     """An env breaks a rule of docs/contracts.md (raised by ``hopgym.envs.env_checker.check_chat_env``)."""
+
+
+class EnvServerError(HopgymError):
+    """An env server (``hopgym serve env``) refused a session or answered a request with an error."""

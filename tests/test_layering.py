@@ -48,6 +48,7 @@ SUBPACKAGES = {
         "evaluation": 3,
         "construction": 4,
         "report": 4,
+        "adapters": 4,
     },
     "hopgym.tasks": {"prompts": 0, "kg": 1, "toolhop": 1, "fol": 2, "familytool": 2, "kg2tool": 3},
 }

@@ -21,13 +21,11 @@ import asyncio
 import contextlib
 import signal
 import threading
-import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Any, Protocol, SupportsFloat, TypeVar
+from typing import IO, Any, Protocol, TypeVar
 
 import gymnasium as gym
 from tqdm import tqdm
@@ -45,6 +43,7 @@ from hopgym.agents.evaluation.records import (
     lock_run_folder,
     read_episodes,
 )
+from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.model.client import ModelClient, ModelConfig
@@ -52,7 +51,7 @@ from hopgym.agents.policies.base import Agent
 from hopgym.agents.policies.registry import agent_factory, check_agent_for_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
-from hopgym.errors import ActionError, ConfigError, ModelError, one_line
+from hopgym.errors import ConfigError, one_line
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
 RUN_FILE = "run.json"
@@ -140,71 +139,9 @@ def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
     return replace(model, extra={**model.extra, "seed": seed + sample})
 
 
-class EnvPool:
-    """Up to ``size`` envs, made in worker threads. An env that failed is closed and discarded, and its
-    place is free at once: the next episode to ask makes a new env, so no episode ever waits for an env
-    that can no longer come."""
-
-    def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
-        self._make_env = make_env
-        self._size = size
-        self._in_thread = in_thread
-        self._idle: list[gym.Env] = [first]
-        self._created = 1
-        self._changed = asyncio.Event()
-        """Set whenever an env comes back or a place frees up; waiters then look again."""
-        self.envs: list[gym.Env] = [first]
-
-    async def fill(self) -> None:
-        """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
-        start: neither then slows the first episodes down."""
-        while self._created < self._size:
-            self._created += 1
-            env = await self._in_thread(self._make_env)
-            self.envs.append(env)
-            self._idle.append(env)
-        for env in self.envs:
-            await self._in_thread(chat_env(env).warm_up)
-
-    async def acquire(self) -> gym.Env:
-        while True:
-            if self._idle:
-                return self._idle.pop()
-            if self._created < self._size:
-                return await self._make()
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def _make(self) -> gym.Env:
-        self._created += 1
-        try:
-            return await self._in_thread(self._make_listed)
-        except BaseException:
-            self._created -= 1
-            self._changed.set()  # the place is free again for a waiting episode to try
-            raise
-
-    def _make_listed(self) -> gym.Env:
-        """Make an env and list it in its own thread: one whose episode was cancelled while it was being
-        made (the run stopped or crashed) is still listed, and closed with the others."""
-        env = self._make_env()
-        self.envs.append(env)
-        return env
-
-    def release(self, env: gym.Env, healthy: bool) -> None:
-        """Take ``env`` back; an unhealthy one is discarded (closed) and its place freed."""
-        self._changed.set()
-        if healthy:
-            self._idle.append(env)
-            return
-        self._created -= 1
-        self.envs.remove(env)
-        env.close()
-
-
 class EpisodeRunner:
-    """Runs episodes in this process, up to ``concurrency`` at once, each with an env from one pool. The
-    local executor has one; the Ray executor one per node."""
+    """Runs episodes in this process, up to ``concurrency`` at once, through :class:`Rollouts` (one env
+    pool). The local executor has one; the Ray executor one per node."""
 
     def __init__(self, config: EvalConfig, concurrency: int) -> None:
         self.config = config
@@ -217,95 +154,49 @@ class EpisodeRunner:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
         check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
-        self._executor = ThreadPoolExecutor(max_workers=concurrency + 1, thread_name_prefix="hopgym-env")
-        self._env_creation = threading.Lock()
-        self._pool: EnvPool | None = None
+        self.rollouts = Rollouts(config.env_id, config.env_kwargs, concurrency)
 
     def make_env(self) -> gym.Env:
-        # One at a time: loading tasks parses tool code with ``ast``, which CPython 3.11 does not
-        # support from several threads at once ("AST constructor recursion depth mismatch").
-        with self._env_creation:
-            return gym.make(self.config.env_id, **self.config.env_kwargs)
-
-    async def in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+        return self.rollouts.make_env()
 
     async def start(self, size: int, first_env: gym.Env | None = None) -> None:
         """Make the pool of ``size`` envs (``first_env`` among them, if given) before the first episode."""
-        first = first_env if first_env is not None else await self.in_thread(self.make_env)
-        self._pool = EnvPool(self.make_env, size, first, self.in_thread)
-        await self._pool.fill()
+        await self.rollouts.start(size, first_env)
 
     async def close(self) -> None:
-        """Wait for the env threads (envs still being made, steps still running), then close every env;
-        the runner runs no episode after this."""
-        await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
-
-    def _close_envs(self) -> None:
-        self.shutdown()
-        if self._pool is not None:
-            envs, self._pool = self._pool.envs, None
-            for env in envs:
-                env.close()
+        """Wait for the env threads, then close every env; the runner runs no episode after this."""
+        await self.rollouts.close()
 
     def shutdown(self) -> None:
         """Stop the env threads (waiting for those still running)."""
-        self._executor.shutdown(wait=True, cancel_futures=True)
+        self.rollouts.shutdown()
 
     async def episode(self, index: int, task_id: str, sample: int) -> EpisodeRecord:
         """Run one episode to its end and return its record; any exception ends only this episode,
         recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
-        if self._pool is None:
-            raise RuntimeError("EpisodeRunner.start() must come before episodes")
-        pool = self._pool
-        started = time.perf_counter()  # reset below once an env is free: waiting is not episode time
+        seed = self.config.seed + sample
         agent: Agent | None = None
-        observation: Mapping[str, Any] = {}  # until reset returns
-        info: Mapping[str, Any] = {}
-        calls: list[dict[str, Any]] = []
-        turns = parallel_turns = 0
-        reward: SupportsFloat = 0.0  # gymnasium's reward type; the record holds float(reward)
-        terminated, truncated, error = False, False, None
         try:
             agent = self._make_agent[sample]()
-            env = await pool.acquire()
-            healthy = True
-            try:
-                started = time.perf_counter()
-                observation, info = await self.in_thread(
-                    env.reset, seed=self.config.seed + sample, options={"index": index}
-                )
-                while not (terminated or truncated):
-                    action = await agent.act(observation, info)
-                    if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
-                        parallel_turns += 1
-                    observation, reward, terminated, truncated, info = await self.in_thread(env.step, action)
-                    turns += 1
-                    calls.extend(info.get("calls") or ())
-            except Exception as exc:
-                # After a model failure or a rejected action the env is fine (the next reset starts
-                # afresh); after anything else it may not be, so it is replaced.
-                healthy = isinstance(exc, (ModelError, ActionError))
-                raise
-            finally:
-                pool.release(env, healthy)
         except Exception as exc:
-            error = f"{type(exc).__name__}: {exc}"
-        messages = list(observation.get("messages", ()))
+            rollout = Rollout(error=f"{type(exc).__name__}: {exc}")
+        else:
+            rollout = await self.rollouts.episode(agent.act, {"index": index}, seed)
+        info, terminated = rollout.info, rollout.terminated
+        messages = list(rollout.observation.get("messages", ()))
         final = messages[-1] if terminated and messages else None
         return {
             "task_id": task_id,
             "index": index,
             "sample": sample,
-            "seed": self.config.seed + sample,
-            "reward": float(reward),
+            "seed": seed,
+            "reward": rollout.reward,
             "correct": bool(info.get("correct", False)) if terminated else False,
-            "terminated": bool(terminated),
-            "truncated": bool(truncated),
-            "turns": turns,
-            "calls": calls,
-            "parallel_turns": parallel_turns,
+            "terminated": terminated,
+            "truncated": rollout.truncated,
+            "turns": rollout.turns,
+            "calls": rollout.calls,
+            "parallel_turns": rollout.parallel_turns,
             "final_answer": final.get("content") if final else None,
             "gold_answer": info.get("answer"),
             "hops": info.get("hops"),
@@ -313,8 +204,8 @@ class EpisodeRunner:
             "protocol": info.get("protocol"),
             "metrics": info.get("metrics"),
             "agent": agent.stats.as_dict() if agent is not None else None,
-            "latency_ms": round((time.perf_counter() - started) * 1000, 1),
-            "error": error,
+            "latency_ms": rollout.latency_ms,
+            "error": rollout.error,
             "messages": messages,
         }
 

@@ -4,33 +4,18 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import re
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hopgym.errors import ConfigError
+from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
 
 if TYPE_CHECKING:
     from hopgym.agents.evaluation.runner import EvalConfig
 
 DEFAULT_CONCURRENCY = 8
-
-
-def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
-    """``KEY=VALUE`` pairs as a dict; VALUE is parsed as JSON when it parses, else kept as a string."""
-    result: dict[str, Any] = {}
-    for pair in pairs or ():
-        key, sep, raw = pair.partition("=")
-        if not sep or not key:
-            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r}")
-        try:
-            result[key] = json.loads(raw)
-        except json.JSONDecodeError:
-            result[key] = raw
-    return result
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -40,7 +25,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Runs episodes concurrently, appends one JSON line per finished episode to "
         "OUT/episodes.jsonl, and writes OUT/summary.json and OUT/summary.md.",
     )
-    parser.add_argument("--env", default="ToolHop-v0", help="gymnasium env id (default: ToolHop-v0)")
+    add_env_arguments(parser)
     parser.add_argument("--agent", default="fc", help="fc | react | codeact | direct | kgetool (default: fc)")
     parser.add_argument(
         "--model",
@@ -55,10 +40,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "failing server is left out for a while)",
     )
     parser.add_argument("--api-key", help="API key for the model server")
-    parser.add_argument("--scenario", help="direct | mandatory | free (passed to the env)")
-    parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
-    parser.add_argument("--data", help="dataset file, passed to the env as data_path")
-    parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
     parser.add_argument("--agent-arg", action="append", metavar="KEY=VALUE", help="an agent option")
     parser.add_argument(
         "--concurrency",
@@ -133,15 +114,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     parser.set_defaults(func=run)
-
-
-def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
-    """The env's keyword arguments from ``--env-arg`` and the shortcuts (``--data``, ``--scenario`` ...)."""
-    kwargs = parse_key_values(args.env_arg, "--env-arg")
-    for key, value in (("data_path", args.data), ("scenario", args.scenario), ("feedback", args.feedback)):
-        if value is not None:
-            kwargs[key] = value
-    return kwargs
 
 
 def model_extra_from(args: argparse.Namespace) -> dict[str, Any]:

@@ -1,15 +1,26 @@
-"""``hopgym serve``: start a model server (the embedded local model, or vLLM) and keep it running."""
+"""``hopgym serve``: start a model server (the embedded local model, vLLM, a scripted mock) or an env server
+(OpenEnv), and keep it running."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ipaddress
+import os
+import socket
 import time
 
-from hopgym.errors import ModelError
+from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from
+from hopgym.errors import ConfigError, ModelError
+
+API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser("serve", help="start a model server and wait until it is stopped")
+    parser = subparsers.add_parser(
+        "serve", help="start a model server or an env server and wait until it is stopped"
+    )
     servers = parser.add_subparsers(dest="server", required=True, metavar="SERVER")
 
     local = servers.add_parser("local", help="the embedded SmolLM2-135M-Instruct on llama-cpp-python")
@@ -42,6 +53,32 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     scripted.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     scripted.set_defaults(func=serve_scripted)
+
+    env = servers.add_parser(
+        "env",
+        help="an env as an OpenEnv server (WebSocket sessions at /ws; needs hopgym[serve])",
+        description="Serves the env over OpenEnv's protocol (openenv-core): each WebSocket session at /ws "
+        "gets its own env, closed with its sandbox workers when the session ends or drops. Clients choose "
+        "tasks (reset task_id= or index=) and send actions; the env and its kwargs are fixed here.",
+    )
+    add_env_arguments(env)
+    env.add_argument("--port", type=int, default=0, help="port (default: a free one)")
+    env.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1); any other needs an API key",
+    )
+    env.add_argument(
+        "--api-key",
+        help=f"key every request must carry as 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE})",
+    )
+    env.add_argument(
+        "--max-sessions",
+        type=int,
+        default=8,
+        help="envs (sessions) alive at once; a session beyond is refused with a message (default: 8)",
+    )
+    env.set_defaults(func=serve_env)
 
 
 def _serve_until_stopped(server, model_string: str) -> int:
@@ -82,3 +119,52 @@ def serve_vllm(args: argparse.Namespace) -> int:
         startup_timeout=args.startup_timeout,
     )
     return _serve_until_stopped(server, vllm_model_string(args.model))
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """An env server on any address but loopback needs an API key."""
+    if api_key:
+        return
+    loopback = host in LOOPBACK_HOSTS
+    with contextlib.suppress(ValueError):
+        loopback = loopback or ipaddress.ip_address(host).is_loopback
+    if not loopback:
+        raise ConfigError(
+            f"--host {host} opens the env server beyond this machine: give --api-key KEY (or set "
+            f"{API_KEY_VARIABLE}); clients then send 'Authorization: Bearer KEY'"
+        )
+
+
+def serve_env(args: argparse.Namespace) -> int:
+    from hopgym.envs.env_options import check_env_options
+
+    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    check_exposure(args.host, api_key)
+    env_kwargs = env_kwargs_from(args)
+    check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
+    try:
+        import uvicorn
+
+        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
+    except ImportError as exc:
+        raise ConfigError(
+            f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
+        ) from exc
+    served = ServedEnv(args.env, env_kwargs, args.max_sessions)
+    isolation = served.check()
+    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind((args.host, args.port))
+    listener.listen(2048)  # clients may connect once the ready line is out; uvicorn accepts them soon after
+    host, port = listener.getsockname()[:2]
+    server = uvicorn.Server(
+        uvicorn.Config(env_app(served, api_key), log_level="warning", ws="websockets-sansio")
+    )
+    with serving(served), listener:
+        url = f"http://{'[' + host + ']' if family == socket.AF_INET6 else host}:{port}"
+        print(f"ready: --base-url {url}", flush=True)
+        print(f"env: {args.env}, sandbox: {isolation}, at most {args.max_sessions} sessions", flush=True)
+        print("(Ctrl-C stops the server)", flush=True)
+        server.run(sockets=[listener])
+    raise KeyboardInterrupt  # uvicorn returns once a signal stopped it

@@ -1,0 +1,91 @@
+"""The trainer's side of ``hopgym serve env``: a typed OpenEnv ``EnvClient``.
+
+::
+
+    async with HopgymEnvClient("http://127.0.0.1:8000") as env:
+        result = await env.reset(index=0)
+        while not result.done:
+            result = await env.step(HopgymAction.of(policy(result.observation)))
+        result.reward, result.observation.info["correct"]
+
+OpenEnv's own client reports a session the server refused (at capacity) as a plain closed connection, or
+as a generic ``RuntimeError``; this one raises :class:`~hopgym.errors.EnvServerError` with the server's
+message, and so for every error frame (a bad reset option or action: the session goes on).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from openenv.core.client_types import StepResult
+from openenv.core.env_client import EnvClient
+from websockets.asyncio.client import connect as ws_connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
+from hopgym.errors import EnvServerError
+
+_REFUSAL_WAIT = 1.0
+"""How long to look for the server's last frame (its reason) once it closed the connection."""
+
+
+class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
+    """One session of a ``hopgym serve env`` server. ``api_key``: the server's, when it has one."""
+
+    _ws: Any  # EnvClient's connection (openenv-core is untyped)
+
+    def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
+        super().__init__(base_url, **options)
+        self._api_key = api_key
+
+    async def connect(self) -> HopgymEnvClient:
+        if self._api_key is None:
+            await super().connect()
+            return self
+        if self._ws is None:
+            try:
+                self._ws = await ws_connect(
+                    self._ws_url,
+                    open_timeout=self._connect_timeout,
+                    max_size=self._max_message_size,
+                    additional_headers={"Authorization": f"Bearer {self._api_key}"},
+                )
+            except InvalidStatus as exc:
+                raise EnvServerError(f"{self._ws_url} refused the session: {exc}") from exc
+        return self
+
+    async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            await self._send(message)
+            response = await self._receive()
+        except ConnectionClosed as exc:
+            raise EnvServerError(await self._closed_reason(exc)) from exc
+        if response.get("type") == "error":
+            data = response.get("data") or {}
+            raise EnvServerError(f"{data.get('message', 'unknown error')} (code: {data.get('code', '?')})")
+        return response
+
+    async def _closed_reason(self, closed: ConnectionClosed) -> str:
+        """Why the server closed the session: its last error frame, if one is still buffered."""
+        assert self._ws is not None
+        try:
+            last = json.loads(await asyncio.wait_for(self._ws.recv(), timeout=_REFUSAL_WAIT))
+        except (ConnectionClosed, TimeoutError, ValueError):
+            return f"the server closed the session ({closed})"
+        data = last.get("data") if isinstance(last, dict) else None
+        if isinstance(data, dict) and "message" in data:
+            return f"the server closed the session: {data['message']} (code: {data.get('code', '?')})"
+        return f"the server closed the session ({closed})"
+
+    def _step_payload(self, action: HopgymAction) -> dict[str, Any]:
+        return action.model_dump(exclude_none=True, exclude={"metadata"})
+
+    def _parse_result(self, payload: dict[str, Any]) -> StepResult[HopgymObservation]:
+        reward, done = payload.get("reward"), bool(payload.get("done"))
+        observation = HopgymObservation(**payload.get("observation", {}), reward=reward, done=done)
+        return StepResult(observation=observation, reward=reward, done=done)
+
+    def _parse_state(self, payload: dict[str, Any]) -> HopgymState:
+        return HopgymState(**payload)

@@ -1,0 +1,228 @@
+"""``hopgym serve env``: a hopgym env as an OpenEnv server, built on openenv-core's ``create_app``.
+
+Each WebSocket session (``/ws``) gets its own env, made at its first ``reset`` and closed, with its sandbox
+workers, when the session ends or its connection drops (openenv closes the session's environment either
+way). The env id and kwargs are the operator's (``--env``, ``--env-arg``), checked before the server
+listens; a client chooses only tasks (``reset(task_id=... | index=..., seed=...)``) and actions, so nothing
+it sends reaches the data path, the sandbox options or another session. A bad reset option or action is a
+``ConfigError`` / ``ActionError`` sent back as an error frame on that session only, which goes on.
+
+At most ``max_sessions`` envs exist at once: openenv refuses a WebSocket session beyond its cap (an error
+frame with code ``CAPACITY_REACHED``, then a close), and the plain HTTP ``/reset`` and ``/step`` routes,
+which openenv serves with a fresh env per request, take a place of the same cap while they run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import hmac
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+from openenv.core.env_server import create_app
+from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.types import EnvironmentMetadata
+from starlette.websockets import WebSocketDisconnect
+
+from hopgym import __version__
+from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
+from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.errors import ConfigError, EnvServerError, HopgymError
+
+API_KEY_HEADER = "authorization"
+"""Clients send ``Authorization: Bearer KEY`` (HTTP requests and the WebSocket handshake)."""
+
+
+@dataclass
+class ServedEnv:
+    """What the server serves: one env id and its kwargs, with a cap on the envs alive at once."""
+
+    env_id: str
+    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    max_sessions: int = 8
+    _places: threading.BoundedSemaphore = field(init=False)
+    _live: set[gym.Env] = field(init=False, default_factory=set)
+    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
+            raise ConfigError(f"--max-sessions must be a positive integer, got {self.max_sessions!r}")
+        self._places = threading.BoundedSemaphore(self.max_sessions)
+
+    def check(self) -> str:
+        """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
+        server listens (unknown ids and kwargs: ``check_env_options``). Returns the sandbox isolation."""
+        env = make_env(self.env_id, self.env_kwargs)
+        try:
+            _, info = env.reset(options={"index": 0})
+            return str(info.get("isolation"))
+        finally:
+            env.close()
+
+    def open(self) -> gym.Env:
+        """A new env, taking a place of the cap; :meth:`release` gives it back."""
+        if not self._places.acquire(blocking=False):
+            raise EnvServerError(
+                f"the server is at capacity ({self.max_sessions} envs, --max-sessions); try again later"
+            )
+        try:
+            env = make_env(self.env_id, self.env_kwargs)
+        except BaseException:
+            self._places.release()
+            raise
+        with self._lock:
+            self._live.add(env)
+        return env
+
+    def release(self, env: gym.Env) -> None:
+        with self._lock:
+            if env not in self._live:
+                return
+            self._live.discard(env)
+        try:
+            env.close()
+        finally:
+            self._places.release()
+
+    def close_all(self) -> None:
+        """Close every env still open (the server is stopping)."""
+        with self._lock:
+            envs = list(self._live)
+        for env in envs:
+            self.release(env)
+
+
+class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState]):
+    """One session's env behind OpenEnv's ``Environment`` interface."""
+
+    SUPPORTS_CONCURRENT_SESSIONS = True
+
+    def __init__(self, served: ServedEnv) -> None:
+        super().__init__()
+        self._served = served
+        self._env: gym.Env | None = None
+        self._state = HopgymState(env_id=served.env_id)
+
+    def reset(
+        self, seed: int | None = None, episode_id: str | None = None, **options: Any
+    ) -> HopgymObservation:
+        """Start an episode: ``options`` are the env's reset options (``task_id`` or ``index``)."""
+        if self._env is None:
+            self._env = self._served.open()
+        observation, info = self._env.reset(seed=seed, options=options or None)
+        self._state = HopgymState(
+            env_id=self._served.env_id, episode_id=episode_id, task_id=info.get("task_id")
+        )
+        return _observation(observation, 0.0, False, False, info)
+
+    def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
+        if self._env is None:
+            raise HopgymError("step() called before reset(); call reset()")
+        observation, reward, terminated, truncated, info = self._env.step(action.message())
+        self._state.step_count += 1
+        return _observation(observation, float(reward), bool(terminated), bool(truncated), info)
+
+    @property
+    def state(self) -> HopgymState:
+        return self._state
+
+    def get_metadata(self) -> EnvironmentMetadata:
+        return EnvironmentMetadata(
+            name=self._served.env_id,
+            description=f"hopgym's {self._served.env_id}: multi-hop tool use, every tool call sandboxed",
+            version=__version__,
+        )
+
+    def close(self) -> None:
+        env, self._env = self._env, None
+        if env is not None:
+            self._served.release(env)
+
+
+def _observation(
+    observation: Mapping[str, Any], reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
+) -> HopgymObservation:
+    # Built without validation: the env's own plain JSON data (validating it again would cost per step).
+    return HopgymObservation.model_construct(
+        messages=observation["messages"],
+        tools=observation["tools"],
+        info=info,
+        reward=reward,
+        done=terminated or truncated,
+        terminated=terminated,
+        truncated=truncated,
+    )
+
+
+def env_app(served: ServedEnv, api_key: str | None = None) -> Any:
+    """The ASGI app: openenv's ``create_app`` over :class:`HopgymEnvironment`, behind an API key check
+    when ``api_key`` is given."""
+    app = create_app(
+        functools.partial(HopgymEnvironment, served),
+        HopgymAction,
+        HopgymObservation,
+        env_name=served.env_id,
+        max_concurrent_envs=served.max_sessions,
+    )
+    quiet = QuietClose(app)
+    return ApiKeyGate(quiet, api_key) if api_key else quiet
+
+
+Scope = MutableMapping[str, Any]
+ASGIApp = Callable[[Scope, Callable[[], Awaitable[Any]], Callable[[Any], Awaitable[None]]], Awaitable[None]]
+
+
+class QuietClose:
+    """ASGI middleware: openenv closes every ended WebSocket session, and when the client closed first that
+    close raises ``WebSocketDisconnect`` (openenv catches only ``RuntimeError``), which uvicorn would log as a
+    crash of the app at each normal session end. The session is destroyed (its env closed) before."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self._app = app
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self._app(scope, receive, send)
+            return
+        with contextlib.suppress(WebSocketDisconnect):
+            await self._app(scope, receive, send)
+
+
+class ApiKeyGate:
+    """ASGI middleware: every HTTP request and WebSocket handshake but ``/health`` must carry
+    ``Authorization: Bearer KEY``; others get 401 (HTTP) or a refused handshake (403)."""
+
+    def __init__(self, app: ASGIApp, api_key: str) -> None:
+        self._app = app
+        self._expected = f"Bearer {api_key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] in ("http", "websocket") and scope.get("path") != "/health":
+            given = dict(scope.get("headers") or ()).get(API_KEY_HEADER.encode(), b"")
+            if not hmac.compare_digest(given, self._expected):
+                await _refuse(scope, send)
+                return
+        await self._app(scope, receive, send)
+
+
+async def _refuse(scope: Scope, send: Any) -> None:
+    if scope["type"] == "websocket":
+        await send({"type": "websocket.close", "code": 1008, "reason": "missing or wrong API key"})
+        return
+    body = b'{"detail": "missing or wrong API key (Authorization: Bearer KEY)"}'
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": 401, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
+
+
+@contextlib.contextmanager
+def serving(served: ServedEnv) -> Iterator[ServedEnv]:
+    """Close every env still open when the server stops."""
+    try:
+        yield served
+    finally:
+        served.close_all()

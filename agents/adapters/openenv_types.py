@@ -1,0 +1,54 @@
+"""The wire types of hopgym's OpenEnv server and client, as openenv-core's pydantic models.
+
+OpenEnv's WebSocket reply carries an observation without its ``metadata``, so hopgym's ``info`` (call records
+with status and feedback, metrics, the gold answer on termination) is a declared field, as are the chat
+``messages`` and offered ``tools`` of hopgym's observation and gymnasium's ``terminated`` / ``truncated``
+(OpenEnv's ``done`` is either).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from openenv.core.env_server.types import Action, Observation, State
+from pydantic import Field
+
+
+class HopgymAction(Action):
+    """A hopgym action: an assistant message (``content``, OpenAI ``tool_calls``; ``code`` for a CodeAct
+    turn). Without tool calls or code it is the final answer."""
+
+    content: str | None = Field(default=None, description="the assistant message's text")
+    tool_calls: list[dict[str, Any]] | None = Field(default=None, description="OpenAI tool calls")
+    code: str | None = Field(default=None, description="CodeAct code (ToolHop-v0)")
+
+    @classmethod
+    def of(cls, action: Mapping[str, Any] | str) -> HopgymAction:
+        """An action as ``env.step`` takes it (an assistant message dict, or a final answer string)."""
+        if isinstance(action, str):
+            return cls(content=action)
+        return cls(**{key: value for key, value in action.items() if key != "role"})
+
+    def message(self) -> dict[str, Any]:
+        """The assistant message ``env.step`` gets."""
+        fields = self.model_dump(exclude={"metadata"}, exclude_none=True)
+        return {"role": "assistant", "content": self.content, **fields}
+
+
+class HopgymObservation(Observation):
+    """hopgym's observation (``messages``, ``tools``) plus ``info``, ``terminated`` and ``truncated``;
+    ``reward`` and ``done`` are OpenEnv's own fields."""
+
+    messages: list[dict[str, Any]] = Field(default_factory=list, description="the chat so far")
+    tools: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI tool schemas offered")
+    info: dict[str, Any] = Field(default_factory=dict, description="hopgym's info of this reset or step")
+    terminated: bool = False
+    truncated: bool = False
+
+
+class HopgymState(State):
+    """The session's env and episode."""
+
+    env_id: str = ""
+    task_id: str | None = None

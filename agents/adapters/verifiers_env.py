@@ -1,0 +1,158 @@
+"""hopgym's envs as verifiers environments: ``load_environment(env_id="ToolHop-v0", **env_kwargs)``.
+
+Built on verifiers 0.3.x's ``MultiTurnEnv`` (the API its ``vf-eval`` command and prime-rl's verifiers
+integration load; 0.4.0 keeps only its v1 stack). Each dataset row is one task: its ``prompt`` is the env's
+first observation, and its ``info`` (a JSON string, as ToolHop's tool schemas differ from row to row) holds
+the task ``index``, ``task_id`` and the row's own ``tool_defs``. verifiers runs the model; every assistant
+turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose new messages are the env
+response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
+the paper's query-level columns (answer correctness, invocation error, tool hallucination, parameter
+hallucination, parameter missing), each 0 or 1 per rollout so that their mean is the paper's figure.
+
+vf-eval imports an environment by module name: ``vf-eval hopgym.agents.adapters.verifiers_env -a
+'{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+import verifiers as vf
+from datasets import Dataset
+
+from hopgym.agents.evaluation.rollouts import Rollouts
+from hopgym.envs.chat import chat_env
+from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types
+from hopgym.errors import ActionError
+
+EPISODE = "hopgym"
+"""The state key of the episode's outcome (plain data: reward, correct, calls, ...)."""
+
+
+def load_environment(env_id: str = "ToolHop-v0", concurrency: int = 8, **env_kwargs: Any) -> vf.Environment:
+    """A verifiers ``MultiTurnEnv`` over ``gym.make(env_id, **env_kwargs)``, one row per task;
+    ``concurrency`` envs (and sandboxes) serve the rollouts."""
+    return HopgymEnv(Rollouts(env_id, env_kwargs, concurrency))
+
+
+def tool_def(tool: Mapping[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool schema in verifiers' provider-agnostic form."""
+    function = tool["function"]
+    return {
+        "name": function["name"],
+        "description": function.get("description") or "",
+        "parameters": function.get("parameters") or {"type": "object", "properties": {}},
+    }
+
+
+def task_rows(env: gym.Env) -> Dataset:
+    """One row per task of ``env``: the first observation's messages and the row's tools."""
+    rows: dict[str, list[Any]] = {"prompt": [], "info": []}
+    for index in range(len(chat_env(env).tasks)):
+        observation, info = env.reset(options={"index": index})
+        rows["prompt"].append([{"role": m["role"], "content": m["content"]} for m in observation["messages"]])
+        tools = [tool_def(tool) for tool in observation["tools"]]
+        rows["info"].append(json.dumps({"index": index, "task_id": info["task_id"], "tool_defs": tools}))
+    return Dataset.from_dict(rows)
+
+
+def action_of(message: Any) -> dict[str, Any]:
+    """verifiers' assistant message as hopgym's action (an OpenAI assistant message)."""
+    content = message.content if isinstance(message.content, str) or message.content is None else None
+    if content is None and isinstance(message.content, list):  # content parts: their text
+        content = "".join(getattr(part, "text", "") or "" for part in message.content)
+    calls = [
+        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
+        for call in message.tool_calls or ()
+    ]
+    return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
+
+
+def env_message(message: Mapping[str, Any]) -> Any:
+    """A message hopgym's env added (a tool result, or CodeAct's output as a user message) for verifiers."""
+    if message["role"] == "tool":
+        return vf.ToolMessage(tool_call_id=str(message.get("tool_call_id") or ""), content=message["content"])
+    return vf.UserMessage(content=str(message.get("content") or ""))
+
+
+class HopgymEnv(vf.MultiTurnEnv):
+    """Each rollout borrows an env of the pool from ``setup_state`` to its cleanup."""
+
+    def __init__(self, rollouts: Rollouts) -> None:
+        self._hopgym = rollouts
+        self._borrowed: dict[str, gym.Env] = {}
+        self._started = asyncio.Lock()
+        first = rollouts.make_env()
+        try:
+            dataset = task_rows(first)
+        finally:
+            first.close()
+        super().__init__(eval_dataset=dataset, rubric=hopgym_rubric())
+
+    async def setup_state(self, state: vf.State) -> vf.State:
+        async with self._started:
+            if not self._hopgym.started:  # envs are made as rollouts ask, up to ``concurrency``
+                await self._hopgym.start(prefill=False)
+        env = await self._hopgym.acquire()
+        self._borrowed[state["trajectory_id"]] = env
+        info = state["info"]
+        observation, _ = await self._hopgym.in_thread(env.reset, options={"index": info["index"]})
+        state[EPISODE] = {"seen": len(observation["messages"]), "reward": 0.0, "correct": False, "calls": []}
+        return state
+
+    async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
+        env = self._borrowed[state["trajectory_id"]]
+        episode = state[EPISODE]
+        try:
+            step = await self._hopgym.in_thread(env.step, action_of(messages[-1]))
+        except ActionError as exc:
+            raise vf.Error(str(exc)) from exc
+        observation, reward, terminated, truncated, info = step
+        added = [env_message(m) for m in observation["messages"][episode["seen"] + 1 :]]
+        episode["seen"] = len(observation["messages"])
+        episode["calls"] += info["calls"]
+        if terminated or truncated:
+            episode.update(reward=float(reward), correct=bool(info.get("correct")), ended=True)
+            state["final_env_response"] = added
+        return added
+
+    @vf.cleanup
+    async def give_back_env(self, state: vf.State) -> None:
+        env = self._borrowed.pop(state["trajectory_id"], None)
+        if env is not None:
+            self._hopgym.release(env)
+
+    @vf.teardown
+    async def close_envs(self) -> None:
+        await self._hopgym.close()
+
+
+def hopgym_rubric() -> vf.Rubric:
+    """hopgym's reward, and the paper's query-level columns as metrics (weight 0)."""
+
+    def episode(state: vf.State) -> Mapping[str, Any]:
+        return state.get(EPISODE) or {}
+
+    async def reward(state: vf.State) -> float:
+        return float(episode(state).get("reward", 0.0))
+
+    async def answer_correctness(state: vf.State) -> float:
+        return float(bool(episode(state).get("correct")))
+
+    def query_column(error_type: str | None) -> Any:
+        async def column(state: vf.State) -> float:
+            errors = set().union(*(call_error_types(call) for call in episode(state).get("calls", ())))
+            return float(bool(errors) if error_type is None else error_type in errors)
+
+        column.__name__ = f"{error_type or 'invocation_error'}_query"
+        return column
+
+    rubric = vf.Rubric(funcs=[reward], weights=[1.0])
+    rubric.add_metric(answer_correctness)
+    for error_type in (None, *INVOCATION_ERROR_TYPES):
+        rubric.add_metric(query_column(error_type))
+    return rubric

@@ -1,0 +1,271 @@
+"""Batched rollouts in process: many episodes of one env at once, for a trainer that holds the envs itself.
+
+A :class:`Rollouts` keeps a pool of envs of one id (each with its own sandbox, whose pre-started workers
+are the warm pool), runs env resets and steps in worker threads so that a slow tool never blocks the
+event loop, and plays episodes with any async policy ``(observation, info) -> action``: a hopgym agent's
+``act``, or a trainer's sampler. ``hopgym eval``'s runner plays its episodes through it; this module holds
+the only copy of the episode loop::
+
+    async def policy(observation, info):
+        return "Paris"  # or an assistant message with tool_calls
+
+    async with Rollouts("ToolHop-v0", concurrency=8) as rollouts:
+        results = await rollouts.run(policy, [{"index": i} for i in range(64)])
+        rewards = [result.reward for result in results]
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, SupportsFloat, TypeVar
+
+import gymnasium as gym
+
+import hopgym  # noqa: F401 - registers the envs
+from hopgym.envs.chat import chat_env
+from hopgym.errors import ActionError, ConfigError, ModelError
+
+T = TypeVar("T")
+Policy = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[Any]]
+"""An async policy: the env's latest observation and info -> the next action (see the env contract)."""
+
+_ENV_CREATION = threading.Lock()
+"""One env is made at a time in this process: loading tasks parses tool code with ``ast``, which CPython
+3.11 does not support from several threads at once ("AST constructor recursion depth mismatch")."""
+
+
+def make_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
+    """``gym.make(env_id, **env_kwargs)``, safe to call from any thread (see :data:`_ENV_CREATION`)."""
+    with _ENV_CREATION:
+        return gym.make(env_id, **dict(env_kwargs or {}))
+
+
+@dataclass
+class Rollout:
+    """One episode as it went, filled in while it runs: an episode that failed midway still shows how far
+    it got, and ``error`` says why (``Class: message``)."""
+
+    observation: Mapping[str, Any] = field(default_factory=dict)
+    """The last observation (its ``messages`` are the whole conversation)."""
+    info: Mapping[str, Any] = field(default_factory=dict)
+    """The last ``info`` (on termination: ``correct``, ``answer``, ``metrics``)."""
+    reward: float = 0.0
+    terminated: bool = False
+    truncated: bool = False
+    turns: int = 0
+    parallel_turns: int = 0
+    """Turns whose action made more than one tool call."""
+    calls: list[dict[str, Any]] = field(default_factory=list)
+    """The env's call records of every step, in order."""
+    latency_ms: float = 0.0
+    """From reset to the end, not counting the wait for a free env."""
+    error: str | None = None
+
+
+class EnvPool:
+    """Up to ``size`` envs, made in worker threads. An env that failed is closed and discarded, and its
+    place is free at once: the next episode to ask makes a new env, so no episode ever waits for an env
+    that can no longer come."""
+
+    def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
+        self._make_env = make_env
+        self._size = size
+        self._in_thread = in_thread
+        self._idle: list[gym.Env] = [first]
+        self._created = 1
+        self._changed = asyncio.Event()
+        """Set whenever an env comes back or a place frees up; waiters then look again."""
+        self.envs: list[gym.Env] = [first]
+
+    async def fill(self) -> None:
+        """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
+        start: neither then slows the first episodes down."""
+        while self._created < self._size:
+            self._created += 1
+            env = await self._in_thread(self._make_env)
+            self.envs.append(env)
+            self._idle.append(env)
+        for env in self.envs:
+            await self._in_thread(chat_env(env).warm_up)
+
+    async def acquire(self) -> gym.Env:
+        while True:
+            if self._idle:
+                return self._idle.pop()
+            if self._created < self._size:
+                return await self._make()
+            self._changed.clear()
+            await self._changed.wait()
+
+    async def _make(self) -> gym.Env:
+        self._created += 1
+        try:
+            return await self._in_thread(self._make_listed)
+        except BaseException:
+            self._created -= 1
+            self._changed.set()  # the place is free again for a waiting episode to try
+            raise
+
+    def _make_listed(self) -> gym.Env:
+        """Make an env and list it in its own thread: one whose episode was cancelled while it was being
+        made (the run stopped or crashed) is still listed, and closed with the others."""
+        env = self._make_env()
+        self.envs.append(env)
+        return env
+
+    def release(self, env: gym.Env, healthy: bool) -> None:
+        """Take ``env`` back; an unhealthy one is discarded (closed) and its place freed."""
+        self._changed.set()
+        if healthy:
+            self._idle.append(env)
+            return
+        self._created -= 1
+        self.envs.remove(env)
+        env.close()
+
+
+class Rollouts:
+    """Episodes of ``env_id`` (made with ``env_kwargs``), up to ``concurrency`` at once, each on an env of
+    one pool. Use it as an async context manager, or call :meth:`start` and :meth:`close`."""
+
+    def __init__(
+        self, env_id: str, env_kwargs: Mapping[str, Any] | None = None, concurrency: int = 8
+    ) -> None:
+        if not isinstance(concurrency, int) or concurrency < 1:
+            raise ConfigError(f"concurrency must be a positive integer, got {concurrency!r}")
+        self.env_id = env_id
+        self.env_kwargs = dict(env_kwargs or {})
+        self.concurrency = concurrency
+        self._executor = ThreadPoolExecutor(max_workers=concurrency + 1, thread_name_prefix="hopgym-env")
+        self._pool: EnvPool | None = None
+
+    def make_env(self) -> gym.Env:
+        return make_env(self.env_id, self.env_kwargs)
+
+    async def in_thread(self, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: function(*args, **kwargs))
+
+    async def start(
+        self, size: int | None = None, first_env: gym.Env | None = None, prefill: bool = True
+    ) -> None:
+        """Make the pool of ``size`` envs (default: ``concurrency``; ``first_env`` among them, if given) and
+        warm their sandboxes before the first episode; without ``prefill``, only the first env is made now
+        and the others when episodes ask for them."""
+        first = first_env if first_env is not None else await self.in_thread(self.make_env)
+        self._pool = EnvPool(self.make_env, size or self.concurrency, first, self.in_thread)
+        if prefill:
+            await self._pool.fill()
+
+    async def close(self) -> None:
+        """Wait for the env threads (envs still being made, steps still running), then close every env and
+        its sandbox; no episode runs after this."""
+        if self._pool is None:  # nothing made: nothing to wait for
+            self.shutdown()
+            return
+        await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
+
+    def _close_envs(self) -> None:
+        self.shutdown()
+        if self._pool is not None:
+            envs, self._pool = self._pool.envs, None
+            for env in envs:
+                env.close()
+
+    def shutdown(self) -> None:
+        """Stop the env threads (waiting for those still running)."""
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    @property
+    def started(self) -> bool:
+        return self._pool is not None
+
+    async def acquire(self) -> gym.Env:
+        """A free env of the pool (waiting for one), for an episode the caller drives itself (a verifiers
+        rollout); give it back with :meth:`release`."""
+        return await self._started_pool().acquire()
+
+    def release(self, env: gym.Env, healthy: bool = True) -> None:
+        """Take back an env from :meth:`acquire`; an unhealthy one is closed and replaced."""
+        self._started_pool().release(env, healthy)
+
+    def _started_pool(self) -> EnvPool:
+        if self._pool is None:
+            raise RuntimeError("Rollouts.start() must come before episodes")
+        return self._pool
+
+    async def __aenter__(self) -> Rollouts:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def episode(
+        self, policy: Policy, options: Mapping[str, Any] | None = None, seed: int | None = None
+    ) -> Rollout:
+        """Play one episode to its end on a free env: ``reset(seed, options)`` (``{"index": i}`` or
+        ``{"task_id": id}``; none draws a task), then the policy's actions until the env ends it. Any
+        exception ends only this episode, as its ``error`` (cancellation still propagates). An env whose
+        episode failed other than by the policy's model or an invalid action is replaced."""
+        self._started_pool()
+        rollout = Rollout()
+        started = time.perf_counter()
+        try:
+            env = await self.acquire()
+            healthy = True
+            try:
+                started = time.perf_counter()  # waiting for an env is not episode time
+                await self._play(env, policy, rollout, options, seed)
+            except Exception as exc:
+                # After a model failure or a rejected action the env is fine (the next reset starts
+                # afresh); after anything else it may not be, so it is replaced.
+                healthy = isinstance(exc, (ModelError, ActionError))
+                raise
+            finally:
+                self.release(env, healthy)
+        except Exception as exc:
+            rollout.error = f"{type(exc).__name__}: {exc}"
+        rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
+        return rollout
+
+    async def _play(
+        self,
+        env: gym.Env,
+        policy: Policy,
+        rollout: Rollout,
+        options: Mapping[str, Any] | None,
+        seed: int | None,
+    ) -> None:
+        """The episode loop, filling ``rollout`` as it goes."""
+        rollout.observation, rollout.info = await self.in_thread(env.reset, seed=seed, options=options)
+        reward: SupportsFloat = 0.0  # gymnasium's reward type
+        while not (rollout.terminated or rollout.truncated):
+            action = await policy(rollout.observation, rollout.info)
+            if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
+                rollout.parallel_turns += 1
+            step = await self.in_thread(env.step, action)
+            rollout.observation, reward, rollout.terminated, rollout.truncated, rollout.info = step
+            rollout.reward = float(reward)
+            rollout.turns += 1
+            rollout.calls.extend(rollout.info.get("calls") or ())
+
+    async def run(
+        self, policy: Policy, episodes: Sequence[Mapping[str, Any]], seed: int | None = None
+    ) -> list[Rollout]:
+        """Play one episode per entry of ``episodes`` (each the ``reset`` options: ``{"index": i}`` or
+        ``{"task_id": id}``), ``concurrency`` at once, and return their rollouts in that order. Episode
+        ``k`` resets with ``seed + k`` when ``seed`` is given."""
+        return list(
+            await asyncio.gather(
+                *(
+                    self.episode(policy, options, None if seed is None else seed + k)
+                    for k, options in enumerate(episodes)
+                )
+            )
+        )

@@ -1,0 +1,43 @@
+"""The command-line options that name an env and its kwargs, shared by ``hopgym eval`` and
+``hopgym serve env``: ``--env-arg KEY=VALUE`` is parsed one way everywhere."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from typing import Any
+
+from hopgym.errors import ConfigError
+
+
+def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
+    """``KEY=VALUE`` pairs as a dict; VALUE is parsed as JSON when it parses, else kept as a string."""
+    result: dict[str, Any] = {}
+    for pair in pairs or ():
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise ConfigError(f"{flag} expects KEY=VALUE, got {pair!r}")
+        try:
+            result[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            result[key] = raw
+    return result
+
+
+def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options that choose the env and its kwargs (read back by :func:`env_kwargs_from`)."""
+    parser.add_argument("--env", default="ToolHop-v0", help="gymnasium env id (default: ToolHop-v0)")
+    parser.add_argument("--scenario", help="direct | mandatory | free (passed to the env)")
+    parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
+    parser.add_argument("--data", help="dataset file, passed to the env as data_path")
+    parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
+
+
+def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The env's keyword arguments from ``--env-arg`` and the shortcuts (``--data``, ``--scenario`` ...)."""
+    kwargs = parse_key_values(args.env_arg, "--env-arg")
+    for key, value in (("data_path", args.data), ("scenario", args.scenario), ("feedback", args.feedback)):
+        if value is not None:
+            kwargs[key] = value
+    return kwargs

@@ -1,0 +1,350 @@
+"""``hopgym serve env`` as a real subprocess, driven by OpenEnv's own client code (``EnvClient`` subclassed by
+hopgym's typed client) over WebSocket: results equal to in-process ``env.step``, sessions at once, a killed
+client's sandbox workers gone (read in /proc), garbage frames answered per session, the session cap, the API
+key, and a refused start on an open address without one."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import pytest
+
+from tests.extras import require_extra
+
+require_extra("openenv.core", "serve")
+
+from websockets.asyncio.client import connect  # noqa: E402 - after the extra is known to be there
+
+from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # noqa: E402
+from hopgym.agents.adapters.openenv_types import HopgymAction  # noqa: E402
+from hopgym.agents.model.scripted_server import placeholder_arguments  # noqa: E402
+from hopgym.errors import EnvServerError  # noqa: E402
+from hopgym.messages import tool_call  # noqa: E402
+
+READY = re.compile(r"^ready: --base-url (http://127\.0\.0\.1:\d+)$")
+EPISODES = 100
+SESSIONS = 8
+
+
+def hopgym(*args: str) -> list[str]:
+    return [sys.executable, "-m", "hopgym.cli", *args]
+
+
+@contextlib.contextmanager
+def served(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """``hopgym serve env ARGS`` until the block ends; yields its base URL and process. SIGTERM stops it
+    like Ctrl-C, and it leaves no process behind."""
+    server = subprocess.Popen(hopgym("serve", "env", *args), stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline().strip()
+        match = READY.match(line)
+        assert match, f"serve env did not print its ready line: {line!r}"
+        yield match.group(1), server
+    finally:
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=60) == 130
+    assert descendants(server.pid) == []
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[tuple[str, subprocess.Popen]]:
+    with served("--max-sessions", str(SESSIONS)) as running:
+        yield running
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process under ``pid`` (its sandbox workers, their bwrap and templates), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            fields = stat.rsplit(")", 1)[1].split()
+            if fields[0] != "Z":
+                children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), ()):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def wait_until(check: Any, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.05)
+    return check()
+
+
+def policy(observation: Mapping[str, Any], episode: int) -> dict[str, Any] | str:
+    """A deterministic policy that exercises call statuses: episode by episode it calls a real tool with
+    placeholder arguments, an unknown tool, or a real tool without its arguments; then it answers with
+    the last tool message."""
+    messages, tools = observation["messages"], observation["tools"]
+    results = [m["content"] for m in messages if m["role"] == "tool"]
+    if results or not tools:
+        return f"Final answer: {results[-1] if results else 'unknown'}"
+    function = tools[episode % len(tools)]["function"]
+    name, arguments = function["name"], placeholder_arguments(function.get("parameters") or {})
+    if episode % 5 == 3:
+        name = "no_such_tool"
+    elif episode % 5 == 4:
+        arguments = {}
+    return {"role": "assistant", "content": None, "tool_calls": [tool_call(name, arguments, "c0")]}
+
+
+Outcome = list[tuple[Any, ...]]
+
+
+def outcome(reward: float, done: bool, info: Mapping[str, Any]) -> tuple[Any, ...]:
+    calls = [(c["name"], c["arguments"], c["status"], c["errors"], c["feedback"]) for c in info["calls"]]
+    return reward, done, info.get("correct"), calls
+
+
+def in_process(episodes: range) -> list[Outcome]:
+    env = gym.make("ToolHop-v0")
+    try:
+        played = []
+        for episode in episodes:
+            observation, _ = env.reset(options={"index": episode})
+            steps, done = [], False
+            while not done:
+                observation, reward, terminated, truncated, info = env.step(policy(observation, episode))
+                done = terminated or truncated
+                steps.append(outcome(float(reward), done, info))
+            played.append(steps)
+        return played
+    finally:
+        env.close()
+
+
+async def over_the_server(url: str, episodes: range, sessions: int) -> list[Outcome]:
+    played: dict[int, Outcome] = {}
+
+    async def session(mine: list[int]) -> None:
+        async with HopgymEnvClient(url) as client:
+            for episode in mine:
+                result = await client.reset(index=episode)
+                steps = []
+                while not result.done:
+                    action = HopgymAction.of(policy(result.observation.model_dump(), episode))
+                    result = await client.step(action)
+                    steps.append(outcome(float(result.reward or 0), result.done, result.observation.info))
+                played[episode] = steps
+
+    await asyncio.gather(*(session(list(episodes)[k::sessions]) for k in range(sessions)))
+    return [played[episode] for episode in episodes]
+
+
+def test_100_episodes_over_8_sessions_equal_in_process_steps(server: tuple[str, subprocess.Popen]) -> None:
+    url, process = server
+    remote = asyncio.run(over_the_server(url, range(EPISODES), SESSIONS))
+    assert remote == in_process(range(EPISODES))
+    statuses = {call[2] for steps in remote for step in steps for call in step[3]}
+    assert {"ok", "tool_hallucination", "parameter_missing"} <= statuses
+    assert any(step[2] for steps in remote for step in steps)  # some answers are correct
+    assert wait_until(lambda: descendants(process.pid) == [])  # every session's workers are gone
+
+
+CLIENT = """
+import asyncio, json, sys
+from websockets.asyncio.client import connect
+
+async def main():
+    async with connect(sys.argv[1].replace("http://", "ws://") + "/ws") as ws:
+        await ws.send(json.dumps({"type": "reset", "data": {"index": 0}}))
+        tools = json.loads(await ws.recv())["data"]["observation"]["tools"]
+        call = {"name": tools[0]["function"]["name"], "arguments": {}}
+        await ws.send(json.dumps({"type": "step", "data": {"tool_calls": [call]}}))
+        assert json.loads(await ws.recv())["type"] == "observation"
+        print("stepped", flush=True)
+        await asyncio.sleep(600)
+
+asyncio.run(main())
+"""
+
+
+def test_a_killed_client_leaves_no_worker_process(server: tuple[str, subprocess.Popen]) -> None:
+    url, process = server
+    client = subprocess.Popen([sys.executable, "-c", CLIENT, url], stdout=subprocess.PIPE, text=True)
+    try:
+        assert client.stdout is not None and client.stdout.readline().strip() == "stepped"
+        assert descendants(process.pid), "the session's sandbox holds no worker: nothing to check"
+        client.kill()
+        client.wait(timeout=10)
+        assert wait_until(lambda: descendants(process.pid) == []), descendants(process.pid)
+    finally:
+        client.kill()
+        client.wait()
+
+
+GARBAGE: list[str | bytes] = [
+    "not json",
+    "[1, 2]",
+    "null",
+    '{"type": 5}',
+    '{"type": "teleport"}',
+    '{"type": "step"}',
+    '{"type": "step", "data": {"tool_calls": "all of them"}}',
+    '{"type": "step", "data": {"role": "user", "content": "hi"}}',
+    '{"type": "step", "data": {"content": 7}}',
+    '{"type": "reset", "data": {"index": 100000}}',
+    '{"type": "reset", "data": {"task_id": "nope"}}',
+    '{"type": "reset", "data": {"options": {"index": 0}, "sandbox": "none"}}',
+    '{"type": "reset", "data": {"seed": "abc"}}',
+    '{"type": "state", "extra": 1}',
+    '{"type": "mcp", "data": {"jsonrpc": "1.0"}}',
+    "{" * 10000,
+    b"\x00\xff binary frame",
+    "x" * 200_000,
+]
+
+
+async def send_garbage(url: str, frames: int) -> list[str]:
+    """Send ``frames`` garbage frames, reconnecting whenever the server ends a session; return the error
+    codes it answered with."""
+    codes: list[str] = []
+    ws_url = url.replace("http://", "ws://") + "/ws"
+    sent = 0
+    while sent < frames:
+        async with connect(ws_url, max_size=None) as ws:
+            with contextlib.suppress(Exception):
+                while sent < frames:
+                    frame = GARBAGE[sent % len(GARBAGE)]
+                    sent += 1
+                    await ws.send(frame)
+                    reply = json.loads(await asyncio.wait_for(ws.recv(), timeout=30))
+                    codes.append(reply["data"]["code"] if reply["type"] == "error" else reply["type"])
+    return codes
+
+
+def test_200_garbage_frames_leave_the_server_serving_and_other_sessions_untouched(
+    server: tuple[str, subprocess.Popen],
+) -> None:
+    url, process = server
+
+    async def scenario() -> tuple[list[str], Outcome, Outcome]:
+        async with HopgymEnvClient(url) as bystander:
+            result = await bystander.reset(index=7)
+            codes = await send_garbage(url, 200)
+            steps = []
+            while not result.done:
+                result = await bystander.step(HopgymAction.of(policy(result.observation.model_dump(), 7)))
+                steps.append(outcome(float(result.reward or 0), result.done, result.observation.info))
+        after = await over_the_server(url, range(3), 1)
+        return codes, steps, after[0]
+
+    codes, bystander, after = asyncio.run(scenario())
+    assert len(codes) >= 150 and {"INVALID_JSON", "EXECUTION_ERROR", "VALIDATION_ERROR"} <= set(codes)
+    expected = in_process(range(8))
+    assert bystander == expected[7] and after == expected[0]
+    assert process.poll() is None
+    assert wait_until(lambda: descendants(process.pid) == [])
+
+
+def test_a_session_past_the_cap_is_refused_with_a_message(server: tuple[str, subprocess.Popen]) -> None:
+    url, _ = server
+
+    async def scenario() -> str:
+        clients = [HopgymEnvClient(url) for _ in range(SESSIONS)]
+        try:
+            for client in clients:
+                await client.connect()
+                await client.reset(index=0)
+            with pytest.raises(EnvServerError) as refused:
+                async with HopgymEnvClient(url) as extra:
+                    await extra.reset(index=0)
+            await clients[0].close()  # its place is free again once the server has closed its env
+            async with HopgymEnvClient(url) as replacement:
+                for _ in range(100):
+                    with contextlib.suppress(EnvServerError):
+                        assert (await replacement.reset(index=1)).observation.info["turn"] == 0
+                        break
+                    await asyncio.sleep(0.1)
+                else:
+                    raise AssertionError("no place came free after a session closed")
+            return str(refused.value)
+        finally:
+            for client in clients:
+                await client.close()
+
+    message = asyncio.run(scenario())
+    assert "capacity" in message and f"{SESSIONS}/{SESSIONS}" in message and "CAPACITY_REACHED" in message
+
+
+@contextlib.contextmanager
+def served_in_thread(api_key: str) -> Iterator[str]:
+    """The env app with an API key on a uvicorn server in a thread of this process (on 127.0.0.1)."""
+    import threading
+
+    import uvicorn
+
+    from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
+
+    served = ServedEnv("ToolHop-v0", {}, 1)
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(env_app(served, api_key), log_level="error"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    with serving(served), listener:
+        thread.start()
+        assert wait_until(lambda: server.started, timeout=30)
+        try:
+            yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+        finally:
+            server.should_exit = True
+            thread.join(timeout=30)
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--host", "0.0.0.0"], "--api-key"),
+        (["--env", "ToolHopp-v0"], "did you mean 'ToolHop-v0'"),
+        (["--env-arg", "scenarioo=free"], "scenarioo"),
+        (["--max-sessions", "0"], "--max-sessions"),
+    ],
+)
+def test_a_server_that_cannot_serve_as_asked_refuses_to_start_and_says_why(
+    flags: list[str], named: str
+) -> None:
+    refused = subprocess.run(hopgym("serve", "env", *flags), capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and named in refused.stderr and "ready:" not in refused.stdout
+
+
+def test_an_api_key_guards_every_route_but_health() -> None:
+    with served_in_thread("s3cret") as url:
+        assert urllib.request.urlopen(f"{url}/health").status == 200
+        with pytest.raises(urllib.error.HTTPError) as unauthorized:
+            urllib.request.urlopen(f"{url}/schema")
+        assert unauthorized.value.code == 401
+
+        async def scenario() -> None:
+            for wrong in ("wrong", None):
+                with pytest.raises((EnvServerError, ConnectionError)):
+                    async with HopgymEnvClient(url, api_key=wrong) as client:
+                        await client.reset(index=0)
+            async with HopgymEnvClient(url, api_key="s3cret") as client:
+                result = await client.reset(index=0)
+                assert result.observation.info["isolation"].startswith(("bwrap", "namespaces"))
+
+        asyncio.run(scenario())
