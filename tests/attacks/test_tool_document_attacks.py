@@ -196,7 +196,7 @@ HOSTILE_CALLS = {
     "5000-digit-json-integer": ("echo", '{"text": ' + "9" * 5000 + "}", "invalid_arguments"),
     "5000-digit-integer": ("echo", {"text": 10**5000}, "invalid_arguments"),
     "lone-surrogate-escape": ("echo", '{"text": "\\ud800"}', "invalid_arguments"),
-    # A lone surrogate in a string of the action is made U+FFFD where the action enters (hopgym/model_text.py);
+    # A lone surrogate in a string of the action is made U+FFFD where the action enters (model_text.py);
     # one escaped inside argument JSON text is no valid JSON for a call.
     "lone-surrogate": ("echo", {"text": "\ud800"}, "ok"),
     "8-MiB-arguments": ("echo", json.dumps({"text": "x" * (8 << 20)}), "invalid_arguments"),
