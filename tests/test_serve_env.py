@@ -138,11 +138,13 @@ def in_process(episodes: range) -> list[Outcome]:
         env.close()
 
 
-async def over_the_server(url: str, episodes: range, sessions: int) -> list[Outcome]:
+async def over_the_server(
+    url: str, episodes: range, sessions: int, api_key: str | None = None
+) -> list[Outcome]:
     played: dict[int, Outcome] = {}
 
     async def session(mine: list[int]) -> None:
-        async with HopgymEnvClient(url) as client:
+        async with HopgymEnvClient(url, api_key=api_key) as client:
             for episode in mine:
                 result = await client.reset(index=episode)
                 steps = []
