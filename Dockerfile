@@ -4,6 +4,7 @@
 # A machine without an image registry passes a locally built Debian base that has python3:
 #   hopgym sandbox build --base hopgym-base:bookworm --network host
 # The `hopgym` stage runs the package itself:  docker build --target hopgym -t hopgym .
+# The `serve` stage runs `hopgym serve env`:  docker build --target serve -t hopgym-serve .
 ARG BASE=python:3.11-slim
 
 # A Python with pip: the base's own, or Debian's python3-pip where the base has none (a debootstrap base).
@@ -33,6 +34,24 @@ RUN python3 -m pip install --quiet --no-deps . && rm -rf /src/* \
 USER 10001:10001
 WORKDIR /home/hopgym
 ENTRYPOINT ["hopgym"]
+
+# What `hopgym serve env` adds (the [serve] extra), resolved with hopgym's own dependencies and kept apart
+# from the source, so a source change reinstalls none of it.
+FROM python-pip AS serve-libraries
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python3 -c "import tomllib; project = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
+print('\n'.join(project['dependencies'] + project['optional-dependencies']['serve']))" > /tmp/requirements.txt \
+    && python3 -m pip install --quiet --target /opt/hopgym/serve -r /tmp/requirements.txt
+
+# hopgym serve env (docs/contracts.md, "Training interfaces"). Tool calls run in the process sandbox inside
+# this container, which has no bubblewrap, no root, no user namespaces (Docker's seccomp profile refuses
+# them) and no writable cgroups: the env must be asked for that explicitly (sandbox_options {"isolation":
+# "none", "cgroup": "none"}, reported as seccomp+rlimits, tool code as uid 10001), or the server refuses to
+# start. Data is mounted read-only at run time (-v "$HOPGYM_DATA:/data:ro"), never copied in.
+FROM hopgym AS serve
+COPY --from=serve-libraries /opt/hopgym/serve /opt/hopgym/serve
+ENV PYTHONPATH=/opt/hopgym/serve HOPGYM_DATA=/data
+EXPOSE 8000
 
 # The sandbox: base Python + worker + libraries, nothing else. hopgym starts it read-only, without network
 # or capabilities, with a small tmpfs at /tmp, as uid 10001.

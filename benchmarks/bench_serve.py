@@ -6,6 +6,9 @@ Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--
   median and p90 of one step as the policy sees it (in process: ``Rollouts``, a worker thread per step;
   server: ``hopgym serve env`` as a subprocess, one ``HopgymEnvClient`` WebSocket session per episode);
 - ``server_added_ms``: server median minus in-process median, per step, at each concurrency;
+- with ``--baseline CHECKOUT``: ``server_baseline``, the same server run from that checkout's code (e.g. the
+  commit before a change; the client is this one's), measured in rounds alternating with this checkout's
+  server (``--rounds``), and ``server_ratio``: this checkout's median over the baseline's, per concurrency;
 - ``env_step_vs_sandbox``: ``env.step`` with one valid call, warm (ToolHop's official protocol), against the
   raw sandbox call of a small tool in the same run (target: at most 2x).
 Each episode calls the task's first tool (placeholder arguments) for ``--turns`` turns, then answers.
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import re
 import signal
 import statistics
@@ -87,6 +91,12 @@ async def in_process(concurrency: int, episodes: int, turns: int) -> dict[str, f
 
 async def through_server(url: str, concurrency: int, episodes: int, turns: int) -> dict[str, float]:
     """``concurrency`` sessions, opened (their envs made) and warmed up before the timed episodes."""
+    step_ms, seconds = await server_steps(url, concurrency, episodes, turns)
+    return figures(step_ms, seconds)
+
+
+async def server_steps(url: str, concurrency: int, episodes: int, turns: int) -> tuple[list[float], float]:
+    """Each timed step's latency in ms, and the timed episodes' wall time."""
     step_ms: list[float] = []
     queue: list[int] = []
 
@@ -109,20 +119,54 @@ async def through_server(url: str, concurrency: int, episodes: int, turns: int) 
         step_ms.clear()
         started = time.perf_counter()
         await asyncio.gather(*(play(client) for client in clients))
-        return figures(step_ms, time.perf_counter() - started)
+        return step_ms, time.perf_counter() - started
     finally:
         for client in clients:
             await client.close()
 
 
-def serve(max_sessions: int, turns: int) -> tuple[subprocess.Popen, str]:
+def serve(max_sessions: int, turns: int, checkout: str | None = None) -> tuple[subprocess.Popen, str]:
+    """``hopgym serve env`` as a subprocess: this checkout's, or ``checkout``'s code on the same venv."""
     command = [sys.executable, "-m", "hopgym.cli", "serve", "env", "--max-sessions", str(max_sessions)]
     command += ["--env-arg", "protocol=hopgym", "--env-arg", f"max_turns={turns + 1}"]
-    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True)
+    environment = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())} if checkout else None
+    server = subprocess.Popen(command, stdout=subprocess.PIPE, text=True, env=environment)
     assert server.stdout is not None
     match = READY.match(server.stdout.readline().strip())
     assert match, "hopgym serve env did not start"
     return server, match.group(1)
+
+
+def stop(server: subprocess.Popen) -> None:
+    server.send_signal(signal.SIGTERM)
+    server.wait(timeout=120)
+
+
+def against_baseline(
+    baseline: str, levels: list[int], episodes: int, turns: int, rounds: int
+) -> dict[str, dict[int, Any]]:
+    """This checkout's server and ``baseline``'s, both running, measured in alternating rounds (so the
+    machine's drifting load falls on both); each side's figures over all its rounds."""
+    servers = {"baseline": serve(max(levels), turns, baseline), "server": serve(max(levels), turns)}
+    try:
+        out: dict[str, dict[int, Any]] = {"server": {}, "server_baseline": {}, "server_ratio": {}}
+        for level in levels:
+            samples: dict[str, tuple[list[float], float]] = {side: ([], 0.0) for side in servers}
+            for round_number in range(rounds):
+                order = list(servers) if round_number % 2 == 0 else list(reversed(servers))
+                for side in order:
+                    step_ms, seconds = asyncio.run(
+                        server_steps(servers[side][1], level, level * episodes, turns)
+                    )
+                    samples[side] = (samples[side][0] + step_ms, samples[side][1] + seconds)
+            out["server"][level] = figures(*samples["server"])
+            out["server_baseline"][level] = figures(*samples["baseline"])
+            ratio = out["server"][level]["median_ms"] / out["server_baseline"][level]["median_ms"]
+            out["server_ratio"][level] = round(ratio, 3)
+        return out
+    finally:
+        for process, _ in servers.values():
+            stop(process)
 
 
 def env_step_vs_sandbox(calls: int) -> dict[str, Any]:
@@ -150,6 +194,8 @@ def main() -> None:
     parser.add_argument("--turns", type=int, default=20, help="tool-calling turns per episode")
     parser.add_argument("--calls", type=int, default=1000, help="warm calls for env.step vs sandbox")
     parser.add_argument("--out", help="also write the JSON figures to this file")
+    parser.add_argument("--baseline", help="also run the server from this checkout, in alternating rounds")
+    parser.add_argument("--rounds", type=int, default=4, help="rounds per side with --baseline")
     args = parser.parse_args()
     levels = [int(level) for level in args.concurrency.split(",")]
     result: dict[str, Any] = {"turns": args.turns, "in_process": {}, "server": {}, "server_added_ms": {}}
@@ -157,14 +203,16 @@ def main() -> None:
     for level in levels:
         episodes = level * args.episodes
         result["in_process"][level] = asyncio.run(in_process(level, episodes, args.turns))
-    server, url = serve(max(levels), args.turns)
-    try:
-        for level in levels:
-            episodes = level * args.episodes
-            result["server"][level] = asyncio.run(through_server(url, level, episodes, args.turns))
-    finally:
-        server.send_signal(signal.SIGTERM)
-        server.wait(timeout=120)
+    if args.baseline:
+        result.update(against_baseline(args.baseline, levels, args.episodes, args.turns, args.rounds))
+    else:
+        server, url = serve(max(levels), args.turns)
+        try:
+            for level in levels:
+                episodes = level * args.episodes
+                result["server"][level] = asyncio.run(through_server(url, level, episodes, args.turns))
+        finally:
+            stop(server)
     for level in levels:
         added = result["server"][level]["median_ms"] - result["in_process"][level]["median_ms"]
         result["server_added_ms"][level] = round(added, 3)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import select
 import signal
 import socket
 import subprocess
@@ -37,7 +36,7 @@ from hopgym.sandbox.process import (
     namespace_pid_chain,
     worker_pid,
 )
-from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, reply_cap
+from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, ready, reply_cap
 
 _CONTROL_MESSAGE_BYTES = 4096
 _IDLE_EXIT_SECONDS = 0.02
@@ -108,7 +107,7 @@ class ForkServer:
     def _receive(self, deadline: float) -> dict[str, Any]:
         assert self._control is not None
         remaining = deadline - time.monotonic()
-        if remaining <= 0 or not select.select([self._control], [], [], remaining)[0]:
+        if remaining <= 0 or not ready(self._control.fileno(), remaining):
             raise SandboxError("the fork-server did not answer in time")
         data = self._control.recv(_CONTROL_MESSAGE_BYTES)
         if not data:
@@ -255,7 +254,7 @@ class _ForkedWorker:
         process that has not exited keeps its pid, so its pidfd (readable once it exits) says that the pid
         is still this worker's. Only the order of the exit's work changes, so a refusal (ESRCH) is no
         error (the fork path runs as root, so EPERM does not arise)."""
-        if select.select([self._pidfd], [], [], 0)[0]:
+        if exited(self._pidfd):
             return None
         try:
             had = (os.sched_getscheduler(self._pid), os.sched_getparam(self._pid))
@@ -268,10 +267,10 @@ class _ForkedWorker:
         # Killed in kill(): wait until it is gone, without polling. One that has not finished exiting at
         # idle priority once the next episode is under way finishes at its former one (a busy host could
         # otherwise hold back its exit, and its memory and cgroup, for seconds).
-        if not select.select([self._pidfd], [], [], _IDLE_EXIT_SECONDS)[0]:
+        if not ready(self._pidfd, _IDLE_EXIT_SECONDS):
             if self._scheduling is not None:
                 self._set_scheduler(*self._scheduling)
-            select.select([self._pidfd], [], [], 2.0)
+            ready(self._pidfd, 2.0)
         os.close(self._pidfd)
         if self._cgroup is not None:
             self._cgroup.kill()  # anything else in the group (nothing, unless a process escaped the count)
@@ -282,13 +281,13 @@ class _ForkedWorker:
 
     def exit_status(self) -> int | None:
         """The worker's exit code as the template reported it (negative: the signal that killed it)."""
-        if self._exit_code is None and not self._killed and select.select([self._status], [], [], 0)[0]:
+        if self._exit_code is None and not self._killed and ready(self._status, 0):
             text = os.read(self._status, 32).decode(errors="replace").strip()
             self._exit_code = int(text) if text.lstrip("-").isdigit() else None
         return self._exit_code
 
     def stderr(self) -> str:
-        if not select.select([self._stderr], [], [], 0.2)[0]:
+        if not ready(self._stderr, 0.2):
             return ""
         text = os.read(self._stderr, 4096).decode(errors="replace").strip()
         return f"\nworker stderr:\n{text[-2000:]}" if text else ""

@@ -6,7 +6,6 @@ import contextlib
 import logging
 import os
 import queue
-import select
 import signal
 import subprocess
 import threading
@@ -26,7 +25,7 @@ from hopgym.sandbox.isolation import (
 from hopgym.sandbox.limits import LimitOptions, SandboxLimits, cgroup_memory_bytes, check_policy
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
 from hopgym.sandbox.pooled import PooledSandbox
-from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, reply_cap
+from hopgym.sandbox.protocol import PipeWriter, WorkerConnection, ready, reply_cap
 
 STARTS = ("auto", "spawn", "fork")
 """How each worker starts: a new interpreter under a new bwrap (``spawn``), or forked from a warm template
@@ -199,7 +198,7 @@ class PausingConnection(WorkerConnection):
 
 def exited(pidfd: int) -> bool:
     """Whether the process of ``pidfd`` has exited (a pidfd is readable from then on)."""
-    return bool(select.select([pidfd], [], [], 0)[0])
+    return ready(pidfd, 0)
 
 
 def worker_pid(pid: int, info: dict[str, Any]) -> int:

@@ -28,6 +28,7 @@ replacement, and never shifts one call's result onto another.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import re
@@ -196,11 +197,21 @@ class WorkerConnection:
     @staticmethod
     def _wait(fd: int, deadline: float, writing: bool) -> None:
         remaining = deadline - time.monotonic()
-        waited = ([], [fd]) if writing else ([fd], [])
-        ready = remaining > 0 and any(select.select(*waited, [], remaining)[:2])
-        if not ready:
+        if not (remaining > 0 and ready(fd, remaining, writing)):
             what = "read its input" if writing else "answer"
             raise WorkerTimeoutError(f"worker did not {what} before the deadline")
+
+
+def ready(fd: int, timeout: float | None, writing: bool = False) -> bool:
+    """Whether ``fd`` is readable (or writable), waiting at most ``timeout`` seconds (None: no limit); an
+    end of file, a hang-up or an error counts as ready, as in ``select``. Through ``poll``, not ``select``:
+    a host with many sessions holds descriptors numbered past ``select``'s limit of 1024."""
+    waiting = select.poll()
+    waiting.register(fd, select.POLLOUT if writing else select.POLLIN)
+    events = waiting.poll(None if timeout is None else max(timeout, 0.0) * 1000)
+    if events and events[0][1] & select.POLLNVAL:
+        raise OSError(errno.EBADF, f"descriptor {fd} is not open")
+    return bool(events)
 
 
 def _without_lone_surrogates(value: Any) -> Any:

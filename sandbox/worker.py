@@ -201,7 +201,9 @@ def wait_for_exit(child: int) -> int:
     import select
 
     pidfd = os.pidfd_open(child)
-    select.select([pidfd], [], [])
+    waiting = select.poll()
+    waiting.register(pidfd, select.POLLIN)
+    waiting.poll()
     os.close(pidfd)
     return os.waitpid(child, 0)[1]
 

@@ -138,11 +138,13 @@ def in_process(episodes: range) -> list[Outcome]:
         env.close()
 
 
-async def over_the_server(url: str, episodes: range, sessions: int) -> list[Outcome]:
+async def over_the_server(
+    url: str, episodes: range, sessions: int, api_key: str | None = None
+) -> list[Outcome]:
     played: dict[int, Outcome] = {}
 
     async def session(mine: list[int]) -> None:
-        async with HopgymEnvClient(url) as client:
+        async with HopgymEnvClient(url, api_key=api_key) as client:
             for episode in mine:
                 result = await client.reset(index=episode)
                 steps = []
@@ -164,6 +166,47 @@ def test_100_episodes_over_8_sessions_equal_in_process_steps(server: tuple[str, 
     assert {"ok", "tool_hallucination", "parameter_missing"} <= statuses
     assert any(step[2] for steps in remote for step in steps)  # some answers are correct
     assert wait_until(lambda: descendants(process.pid) == [])  # every session's workers are gone
+
+
+def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
+    server: tuple[str, subprocess.Popen],
+) -> None:
+    """The client's chat equals the in-process observation's at every step, while each step's frame
+    carries only the messages the session had not seen (``messages_from`` says where they start)."""
+    url, _ = server
+    env = gym.make("ToolHop-v0")
+    try:
+        expected, (observation, _) = [], env.reset(options={"index": 2})
+        expected.append(observation["messages"])
+        actions = [policy(observation, 0), policy(observation, 3)]  # a real tool, then an unknown one
+        for chosen in [*actions, "Final answer: x"]:
+            observation, *_ = env.step(chosen)
+            expected.append(observation["messages"])
+    finally:
+        env.close()
+
+    async def over_both() -> tuple[list[Any], list[dict[str, Any]]]:
+        async with HopgymEnvClient(url) as client:
+            results = [await client.reset(index=2)]
+            for chosen in [*actions, "Final answer: x"]:
+                results.append(await client.step(HopgymAction.of(chosen)))
+        async with connect(url.replace("http://", "ws://") + "/ws") as ws:
+            frames = []
+            for message in [{"type": "reset", "data": {"index": 2}}] + [
+                {"type": "step", "data": HopgymAction.of(a).model_dump(exclude_none=True)} for a in actions
+            ]:
+                await ws.send(json.dumps(message))
+                frames.append(json.loads(await ws.recv())["data"]["observation"])
+        return [r.observation.messages for r in results], frames
+
+    chats, frames = asyncio.run(over_both())
+    assert chats == expected
+    assert [f["messages_from"] for f in frames] == [0, len(expected[0]), len(expected[1])]
+    assert [f["messages"] for f in frames] == [
+        expected[0],
+        expected[1][len(expected[0]) :],
+        expected[2][len(expected[1]) :],
+    ]
 
 
 CLIENT = """

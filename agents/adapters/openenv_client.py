@@ -39,6 +39,8 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
     def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
         super().__init__(base_url, **options)
         self._api_key = api_key
+        self._messages: list[dict[str, Any]] = []
+        """The session's chat so far, rebuilt from each observation's new messages."""
 
     async def connect(self) -> HopgymEnvClient:
         if self._api_key is None:
@@ -83,8 +85,16 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
         return action.model_dump(exclude_none=True, exclude={"metadata"})
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[HopgymObservation]:
+        """The observation with the whole chat: the server sends a step's new messages only."""
         reward, done = payload.get("reward"), bool(payload.get("done"))
         observation = HopgymObservation(**payload.get("observation", {}), reward=reward, done=done)
+        start = observation.messages_from
+        if start > len(self._messages):
+            raise EnvServerError(
+                f"the server sent messages from {start} on, but this session holds {len(self._messages)}"
+            )
+        self._messages = self._messages[:start] + observation.messages
+        observation = observation.model_copy(update={"messages": self._messages, "messages_from": 0})
         return StepResult(observation=observation, reward=reward, done=done)
 
     def _parse_state(self, payload: dict[str, Any]) -> HopgymState:

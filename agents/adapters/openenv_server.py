@@ -106,6 +106,8 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         self._served = served
         self._env: gym.Env | None = None
         self._state = HopgymState(env_id=served.env_id)
+        self._sent: list[dict[str, Any]] = []
+        """The chat as the session's client has it (what the last observation sent it made up)."""
 
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, **options: Any
@@ -117,14 +119,15 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         self._state = HopgymState(
             env_id=self._served.env_id, episode_id=episode_id, task_id=info.get("task_id")
         )
-        return _observation(observation, 0.0, False, False, info)
+        self._sent = []
+        return self._observation(observation, 0.0, False, False, info)
 
     def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
         if self._env is None:
             raise HopgymError("step() called before reset(); call reset()")
         observation, reward, terminated, truncated, info = self._env.step(action.message())
         self._state.step_count += 1
-        return _observation(observation, float(reward), bool(terminated), bool(truncated), info)
+        return self._observation(observation, float(reward), bool(terminated), bool(truncated), info)
 
     @property
     def state(self) -> HopgymState:
@@ -142,20 +145,32 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         if env is not None:
             self._served.release(env)
 
-
-def _observation(
-    observation: Mapping[str, Any], reward: float, terminated: bool, truncated: bool, info: dict[str, Any]
-) -> HopgymObservation:
-    # Built without validation: the env's own plain JSON data (validating it again would cost per step).
-    return HopgymObservation.model_construct(
-        messages=observation["messages"],
-        tools=observation["tools"],
-        info=info,
-        reward=reward,
-        done=terminated or truncated,
-        terminated=terminated,
-        truncated=truncated,
-    )
+    def _observation(
+        self,
+        observation: Mapping[str, Any],
+        reward: float,
+        terminated: bool,
+        truncated: bool,
+        info: dict[str, Any],
+    ) -> HopgymObservation:
+        """The observation to send: the messages the client has not seen yet, or the whole chat when the
+        env's chat does not extend what was sent (a new episode, or an env that rewrites its history)."""
+        messages = observation["messages"]
+        start = len(self._sent)
+        if len(messages) < start or messages[:start] != self._sent:
+            start = 0
+        self._sent = list(messages)
+        # Built without validation: the env's own plain JSON data (validating it again would cost per step).
+        return HopgymObservation.model_construct(
+            messages=messages[start:],
+            messages_from=start,
+            tools=observation["tools"],
+            info=info,
+            reward=reward,
+            done=terminated or truncated,
+            terminated=terminated,
+            truncated=truncated,
+        )
 
 
 def env_app(served: ServedEnv, api_key: str | None = None) -> Any:

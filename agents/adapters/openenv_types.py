@@ -3,7 +3,8 @@
 OpenEnv's WebSocket reply carries an observation without its ``metadata``, so hopgym's ``info`` (call records
 with status and feedback, metrics, the gold answer on termination) is a declared field, as are the chat
 ``messages`` and offered ``tools`` of hopgym's observation and gymnasium's ``terminated`` / ``truncated``
-(OpenEnv's ``done`` is either).
+(OpenEnv's ``done`` is either). On the wire a step's ``messages`` holds only what is new since the
+session's previous observation, from ``messages_from`` on: the chat is not serialised again at every step.
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ class HopgymObservation(Observation):
     ``reward`` and ``done`` are OpenEnv's own fields."""
 
     messages: list[dict[str, Any]] = Field(default_factory=list, description="the chat so far")
+    messages_from: int = Field(
+        default=0,
+        ge=0,
+        description="where in the chat ``messages`` starts: on the wire a step sends only the messages its "
+        "session has not seen yet (hopgym's client puts the whole chat back together); 0: the whole chat",
+    )
     tools: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI tool schemas offered")
     info: dict[str, Any] = Field(default_factory=dict, description="hopgym's info of this reset or step")
     terminated: bool = False

@@ -28,9 +28,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     builder.add_argument(
         "--target",
-        choices=("sandbox", "hopgym"),
+        choices=("sandbox", "hopgym", "serve"),
         default="sandbox",
-        help="sandbox: the tool-code worker (default); hopgym: an image that runs hopgym itself",
+        help="sandbox: the tool-code worker (default); hopgym: an image that runs hopgym itself; serve: "
+        "hopgym serve env in a container",
     )
     builder.add_argument(
         "--network",

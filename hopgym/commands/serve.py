@@ -159,7 +159,14 @@ def serve_env(args: argparse.Namespace) -> int:
     listener.listen(2048)  # clients may connect once the ready line is out; uvicorn accepts them soon after
     host, port = listener.getsockname()[:2]
     server = uvicorn.Server(
-        uvicorn.Config(env_app(served, api_key), log_level="warning", ws="websockets-sansio")
+        # No permessage-deflate: on the loopback or a LAN, compressing every observation costs more than
+        # the bytes it saves.
+        uvicorn.Config(
+            env_app(served, api_key),
+            log_level="warning",
+            ws="websockets-sansio",
+            ws_per_message_deflate=False,
+        )
     )
     with serving(served), listener:
         url = f"http://{'[' + host + ']' if family == socket.AF_INET6 else host}:{port}"

@@ -1,0 +1,155 @@
+"""The Dockerfile's ``serve`` stage: ``hopgym serve env`` in a container, built from this checkout, its port
+published on the host's 127.0.0.1, the data mounted read-only, driven by hopgym's OpenEnv client.
+
+Inside the container (no root, no bubblewrap, Docker's default seccomp profile, no writable cgroups) the
+process sandbox runs with ``isolation="none"`` and ``cgroup="none"``, asked for explicitly; without that
+request the server refuses to start.
+
+Needs a reachable Docker engine, the base image that ``.ci/docker-setup.sh`` builds and the shared data; in
+CI (CI=true) a missing prerequisite fails, elsewhere it skips with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.extras import require_extra
+
+require_extra("openenv.core", "serve")
+require_extra("docker", "docker")
+
+from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # noqa: E402
+from hopgym.errors import DockerUnavailableError  # noqa: E402
+from hopgym.sandbox.docker.engine import build_image, connect_engine, sdk  # noqa: E402
+from tests.test_serve_env import in_process, over_the_server  # noqa: E402
+
+pytestmark = pytest.mark.docker
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = Path(os.environ.get("HOPGYM_DATA", "/nonexistent"))
+BASE_IMAGE = os.environ.get("HOPGYM_BASE_IMAGE", "hopgym-base:bookworm")
+IMAGE = "hopgym-serve:test"
+API_KEY = "test-key-of-the-served-container"
+EXPLICIT = ["--env-arg", 'sandbox_options={"isolation": "none", "cgroup": "none"}']
+ISOLATION = "seccomp+rlimits"
+READY = re.compile(r"^ready: --base-url http://0\.0\.0\.0:8000$", re.MULTILINE)
+
+
+def missing_prerequisite() -> str | None:
+    if not (DATA / "toolhop" / "toolhop_subset100.jsonl").is_file():
+        return f"the ToolHop subset is not under {DATA} (set HOPGYM_DATA to the shared data)"
+    try:
+        api = connect_engine()
+        api.inspect_image(BASE_IMAGE)
+    except DockerUnavailableError as exc:
+        return str(exc)
+    except sdk().errors.ImageNotFound:
+        return f"the base image {BASE_IMAGE!r} is missing: run .ci/docker-setup.sh"
+    return None
+
+
+@pytest.fixture(scope="module")
+def docker_client() -> Iterator[Any]:
+    """The engine, with the serve stage built from this checkout and a bridge network of the module's own
+    (the CI engine runs without its default bridge)."""
+    missing = missing_prerequisite()
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the Docker serve tests must run in CI: {missing}")
+        pytest.skip(missing)
+    for _ in build_image(ROOT, tag=IMAGE, base=BASE_IMAGE, target="serve", network="host"):
+        pass
+    client = sdk().from_env(version="auto", timeout=120)
+    network = client.networks.create(f"hopgym-serve-test-{os.getpid()}", driver="bridge")
+    try:
+        yield client
+    finally:
+        network.remove()
+        client.close()
+
+
+def run_server(client: Any, *arguments: str) -> Any:
+    return client.containers.run(
+        IMAGE,
+        ["serve", "env", "--host", "0.0.0.0", "--port", "8000", "--max-sessions", "2", *arguments],
+        detach=True,
+        network=f"hopgym-serve-test-{os.getpid()}",
+        ports={"8000/tcp": ("127.0.0.1", None)},
+        volumes={str(DATA.resolve()): {"bind": "/data", "mode": "ro"}},
+        environment={"HOPGYM_SERVE_API_KEY": API_KEY},
+    )
+
+
+def wait_for(container: Any, pattern: re.Pattern[str], timeout: float = 120.0) -> str:
+    """The container's output once ``pattern`` is in it (or it exited)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        container.reload()
+        logs = container.logs().decode(errors="replace")
+        if pattern.search(logs) or container.status == "exited" or time.monotonic() > deadline:
+            return logs
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def served(docker_client: Any) -> Iterator[tuple[str, str]]:
+    """The served container's base URL on the host's loopback and its output up to ready."""
+    container = run_server(docker_client, *EXPLICIT)
+    try:
+        logs = wait_for(container, READY)
+        assert READY.search(logs), logs
+        container.reload()
+        port = container.ports["8000/tcp"][0]["HostPort"]
+        assert container.ports["8000/tcp"][0]["HostIp"] == "127.0.0.1"
+        yield f"http://127.0.0.1:{port}", logs
+    finally:
+        container.remove(force=True)
+
+
+def test_episodes_in_the_container_equal_in_process_steps(served: tuple[str, str]) -> None:
+    url, _ = served
+    episodes = range(6)
+    remote = asyncio.run(over_the_server(url, episodes, 2, api_key=API_KEY))
+    assert remote == in_process(episodes)
+    statuses = {call[2] for steps in remote for step in steps for call in step[3]}
+    assert "ok" in statuses
+
+
+def test_the_container_reports_the_isolation_it_was_asked_for(served: tuple[str, str]) -> None:
+    url, logs = served
+    assert f"sandbox: {ISOLATION}," in logs
+
+    async def reset_info() -> dict[str, Any]:
+        async with HopgymEnvClient(url, api_key=API_KEY) as client:
+            return (await client.reset(index=0)).observation.info
+
+    assert asyncio.run(reset_info())["isolation"] == ISOLATION
+
+
+def test_without_an_explicit_weaker_isolation_the_container_refuses_to_start(docker_client: Any) -> None:
+    container = run_server(docker_client)
+    try:
+        logs = wait_for(container, re.compile(r"(?!)"))  # until it exits
+        assert container.wait(timeout=60)["StatusCode"] != 0
+        assert "isolation='none'" in logs and "ready:" not in logs, logs
+    finally:
+        container.remove(force=True)
+
+
+def test_a_session_without_the_api_key_is_refused(served: tuple[str, str]) -> None:
+    url, _ = served
+
+    async def without_key() -> None:
+        async with HopgymEnvClient(url) as client:
+            await client.reset(index=0)
+
+    with pytest.raises(ConnectionError, match="403"):  # the WebSocket handshake is refused
+        asyncio.run(without_key())
