@@ -49,29 +49,33 @@ def last_checkpoint(out: Path) -> Path | None:
     return max(found)[1] if found else None
 
 
-def prepare_out(config: TrainConfig, resume: bool) -> Path | None:
-    """Create the output folder, or check it for ``resume``; return the checkpoint to resume from."""
-    out = config.out
-    run_file = out / RUN_FILE
+def check_out(config: TrainConfig, resume: bool) -> Path | None:
+    """Refuse a folder that holds a run unless resuming, and a resume with other settings than the run's
+    (``RESUMABLE`` ones aside); return the checkpoint a resume starts from (None: from the start)."""
+    run_file = config.out / RUN_FILE
     if not resume:
         if run_file.exists():
-            raise ConfigError(f"{out} holds a run; --resume continues it, or choose another --out")
-        out.mkdir(parents=True, exist_ok=True)
-        run_file.write_text(json.dumps(config.identity(), indent=2) + "\n")
+            raise ConfigError(f"{config.out} holds a run; --resume continues it, or choose another --out")
         return None
     if not run_file.is_file():
-        raise ConfigError(f"nothing to resume: {out} holds no {RUN_FILE}")
+        raise ConfigError(f"nothing to resume: {config.out} holds no {RUN_FILE}")
     kept = json.loads(run_file.read_text())
     changed = sorted(k for k, v in config.identity().items() if k not in RESUMABLE and kept.get(k) != v)
     if changed:
         raise ConfigError(f"--resume with other settings than {run_file}: {', '.join(changed)}")
-    checkpoint = last_checkpoint(out)
-    for path in out.glob("checkpoint-*"):  # partial checkpoints and any past the one resumed from
-        if path != checkpoint and path.is_dir() and not (checkpoint and _step(path) < _step(checkpoint)):
+    return last_checkpoint(config.out)
+
+
+def start_out(config: TrainConfig, checkpoint: Path | None) -> None:
+    """Write ``run.json``; for a resume, drop the checkpoints a kill cut short (and any past ``checkpoint``)
+    and cut the step log back to ``checkpoint``'s step."""
+    config.out.mkdir(parents=True, exist_ok=True)
+    resumed_step = _step(checkpoint) if checkpoint else 0
+    for path in config.out.glob("checkpoint-*"):
+        if path.is_dir() and _step(path) >= resumed_step and path != checkpoint:
             shutil.rmtree(path)
-    trim(out / STEP_LOG, _step(checkpoint) if checkpoint else 0)
-    run_file.write_text(json.dumps(config.identity(), indent=2) + "\n")
-    return checkpoint
+    trim(config.out / STEP_LOG, resumed_step)
+    (config.out / RUN_FILE).write_text(json.dumps(config.identity(), indent=2) + "\n")
 
 
 def _step(checkpoint: Path) -> int:
@@ -131,6 +135,7 @@ def rewards_of(config: TrainConfig) -> dict[str, tuple[Any, float]]:
 
 def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     """Run (or, with ``resume``, continue) GRPO on the env's tasks; return the last step's log line."""
+    checkpoint = check_out(config, resume)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL-experimental; pinned
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")  # nothing of a run leaves the machine
     from trl import GRPOTrainer
@@ -147,7 +152,7 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
     finally:
         first.close()
-    checkpoint = prepare_out(config, resume)
+    start_out(config, checkpoint)
     tokenizer = load_tokenizer(config.model)
     rewards = rewards_of(config)
     log = StepLog(config.out / STEP_LOG, rewards, group=config.num_generations)
@@ -156,16 +161,16 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     model = load_model(config.model)
     if config.train_layers is not None:
         freeze_below(model, config.train_layers)
-    trainer = GRPOTrainer(
-        model=model,
-        reward_funcs=list(trained.values()),
-        args=grpo_args(config),
-        train_dataset=dataset,
-        processing_class=tokenizer,
-        rollout_func=rollout,
-        callbacks=[log, SaveLastStep()],
-    )
     try:
+        trainer = GRPOTrainer(
+            model=model,
+            reward_funcs=list(trained.values()),
+            args=grpo_args(config),
+            train_dataset=dataset,
+            processing_class=tokenizer,
+            rollout_func=rollout,
+            callbacks=[log, SaveLastStep()],
+        )
         trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint else None)
     finally:
         rollout.close()
