@@ -249,3 +249,68 @@ def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_wei
     assert reward(hopgym=[record]) == [0.4 * 0.5 + 0.25 + 2.0]
     with pytest.raises(ConfigError, match="unknown statuses"):
         ShapedReward(call_weights={"fine": 1.0})
+
+
+class ScriptedTrainer:
+    """The two trainer methods the rollout uses, with replies written by ``reply(prompt text)`` instead of
+    a model: TRL's own tool-result tokens (its ``_get_tool_suffix_ids``, unbound) on a real tokenizer."""
+
+    from trl import GRPOTrainer
+
+    _get_tool_suffix_ids = GRPOTrainer._get_tool_suffix_ids
+    max_completion_length = 400
+    use_vllm = False
+    generation_config = None
+    chat_template = None
+    chat_template_kwargs: dict = {}  # noqa: RUF012 - read-only
+    _is_vlm = False
+
+    def __init__(self, tokenizer, reply):
+        self.processing_class = self._tokenizer = tokenizer
+        self.reply = reply
+
+    def _generate_single_turn(self, prompt_ids, images, fields, count):
+        texts = [self.reply(self.processing_class.decode(ids)) for ids in prompt_ids]
+        return [self.processing_class(text, add_special_tokens=False)["input_ids"] for text in texts], None
+
+
+def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_sandbox():
+    """ToolHop offers each query its own tools: the dataset keeps them per row, each episode's prompt lists
+    its row's tools, its call runs in the sandbox with that task's code, and the answer is scored by the
+    env; the rewards equal the env's for the same replies."""
+    from hopgym.train.dataset import task_dataset
+    from hopgym.train.model import load_tokenizer
+    from hopgym.train.rewards import env_reward
+    from hopgym.train.rollout import HopgymRollout
+
+    env = gym.make("ToolHop-v0")
+    indices = [i for i, task in enumerate(env.unwrapped.tasks) if task.gold_calls][:3]
+    tasks = {env.unwrapped.tasks[i].question: env.unwrapped.tasks[i] for i in indices}
+    dataset = task_dataset(env, indices)
+    env.close()
+    assert len({row["tools"] for row in dataset}) == 3  # three rows, three different tool sets
+    assert [row["prompt"][-1]["task_id"] for row in dataset] == list(dataset["task_id"])
+
+    def reply(prompt: str) -> str:
+        task = next(task for question, task in tasks.items() if question in prompt)
+        if "<tool_response>" in prompt:
+            return f"{task.answer}<|im_end|>"
+        gold = task.gold_calls[0]  # a call the data itself makes: it runs and returns a value
+        call = json.dumps({"name": gold.name, "arguments": gold.arguments})
+        return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+
+    rollout = HopgymRollout(lambda: gym.make("ToolHop-v0"), load_tokenizer("local"))
+    try:
+        output = rollout(list(dataset["prompt"]), ScriptedTrainer(rollout.tokenizer, reply))
+    finally:
+        rollout.close()
+    records = output["hopgym"]
+    assert [r["task_id"] for r in records] == list(dataset["task_id"])
+    for record, row, mask in zip(records, dataset, output["env_mask"], strict=True):
+        call_turn, answer_turn = record["turns"]
+        (call,) = call_turn["calls"]
+        offered = {tool["function"]["name"] for tool in json.loads(row["tools"])}
+        assert call["name"] in offered and call["status"] == "ok" and call["latency_ms"] > 0
+        assert answer_turn["terminated"] and record["ended"] and record["correct"] is True
+        assert 0 in mask and mask[0] == mask[-1] == 1  # the tool result's tokens carry no loss
+    assert env_reward(hopgym=records) == [1.0, 1.0, 1.0]
