@@ -135,12 +135,10 @@ class _Episode:
         added = list(observation["messages"])[len(self.messages) + 1 :]
         self.messages = list(observation["messages"])
         if terminated or truncated:
-            self.record.update(
-                reward=float(reward),
-                ended=True,
-                correct=bool(info["correct"]) if "correct" in info else None,
-                metrics=info.get("metrics"),
-            )
+            self.record["reward"] = float(reward)
+            self.record["ended"] = True
+            self.record["correct"] = bool(info["correct"]) if "correct" in info else None
+            self.record["metrics"] = info.get("metrics")
         return added
 
 
