@@ -11,7 +11,7 @@ export HOPGYM_DATA
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers]'
+	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers,train]'
 	touch $@
 
 # The embedded local model: llama-cpp-python (its wheel is built once and cached in ~/.cache/hopgym/wheels)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
-BENCHMARKS = ("sandbox", "env", "kg", "kgtool", "kgetool", "runner", "ray", "docker", "serve")
+BENCHMARKS = ("sandbox", "env", "kg", "kgtool", "kgetool", "runner", "ray", "docker", "serve", "train")
 
 
 def docker_ready() -> str | None:

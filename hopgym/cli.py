@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "hopgym.commands.kg2tool",
     "hopgym.commands.construct",
     "hopgym.commands.ablate",
+    "hopgym.commands.train",
 )
 
 

@@ -1,7 +1,7 @@
-"""Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < CLI, with
-hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom; inside agents/
-and tasks/, subpackages are ordered the same way, and those folders hold only subpackages and a few shared
-modules (docs/contracts.md "Layers")."""
+"""Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < train <
+CLI, with hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom;
+inside agents/ and tasks/, subpackages are ordered the same way, and those folders hold only subpackages
+and a few shared modules (docs/contracts.md "Layers")."""
 
 from __future__ import annotations
 
@@ -23,12 +23,13 @@ LAYERS = {
     "hopgym.sandbox": 2,
     "hopgym.envs": 3,
     "hopgym.agents": 4,
-    "hopgym.cli": 5,
-    "hopgym.commands": 5,
+    "hopgym.train": 5,
+    "hopgym.cli": 6,
+    "hopgym.commands": 6,
 }
 """Module-name prefix -> layer; the longest matching prefix decides."""
 FOLDERS = {"hopgym": "hopgym", "tasks": "hopgym.tasks", "sandbox": "hopgym.sandbox", "envs": "hopgym.envs"}
-FOLDERS |= {"agents": "hopgym.agents", "tools_generated": "hopgym.tools_generated"}
+FOLDERS |= {"agents": "hopgym.agents", "tools_generated": "hopgym.tools_generated", "train": "hopgym.train"}
 ROOT_MODULES = {
     "hopgym",
     "hopgym.errors",

@@ -88,3 +88,37 @@ def grouped_bars(
     finally:
         plt.close(figure)
     return path
+
+
+def line_plot(
+    path: Path,
+    title: str,
+    xlabel: str,
+    ylabel: str,
+    xs: Sequence[float],
+    series: Mapping[str, Sequence[float]],
+) -> Path:
+    """One line per series over ``xs`` (a training run's reward per step). Saves ``path`` (PNG, 150 dpi,
+    title and axis labels in its text chunks like :func:`grouped_bars`) and the same figure as SVG."""
+    if not xs or not series:
+        raise ConfigError(f"{title}: a line plot needs at least one point and one series")
+    plt = _pyplot()
+    figure, axes = plt.subplots(figsize=(8.0, 4.5))
+    try:
+        for offset, (label, values) in enumerate(series.items()):
+            if len(values) != len(xs):
+                raise ConfigError(f"{title}: series {label!r} has {len(values)} values for {len(xs)} points")
+            axes.plot(list(xs), list(values), label=label, color=f"C{offset % 10}", linewidth=1.2)
+        axes.set_title(title)
+        axes.set_xlabel(xlabel)
+        axes.set_ylabel(ylabel)
+        axes.grid(alpha=0.3)
+        axes.legend(fontsize=7)
+        figure.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        metadata = {"Title": title, "Description": f"x: {xlabel}; y: {ylabel}"}
+        figure.savefig(path, dpi=150, metadata=metadata)
+        figure.savefig(path.with_suffix(".svg"), metadata=metadata)
+    finally:
+        plt.close(figure)
+    return path

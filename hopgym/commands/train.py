@@ -1,0 +1,128 @@
+"""``hopgym train grpo``: GRPO with TRL on an env's tasks, rewards from the env (needs ``hopgym[train]``)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+from hopgym.commands.eval import parse_key_values
+from hopgym.errors import ConfigError
+from hopgym.train.config import EMBEDDED, TrainConfig
+
+INSTALL_HINT = "pip install 'hopgym[train]'"
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    defaults = TrainConfig(out=Path("."))
+    parser = subparsers.add_parser("train", help="train a model on an env's rewards (GRPO with TRL)")
+    actions = parser.add_subparsers(dest="train_command", required=True, metavar="ACTION")
+    grpo = actions.add_parser(
+        "grpo",
+        help="GRPO: each completion is an env episode; its calls run in the sandbox",
+        description="Writes OUT/run.json, OUT/steps.jsonl (one line per step: reward, loss, call statuses, "
+        "episodes), OUT/checkpoint-N/ and OUT/reward.png. On a GPU, --vllm generates with TRL's vLLM.",
+    )
+    grpo.add_argument("--env", default=defaults.env_id, help=f"gymnasium env id (default: {defaults.env_id})")
+    grpo.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="an env kwarg (as hopgym eval)")
+    grpo.add_argument("--data", help="dataset file, passed to the env as data_path")
+    grpo.add_argument("--limit", type=int, help="train on the first N tasks")
+    grpo.add_argument("--sample", type=int, metavar="N", help="train on N tasks drawn stratified (as eval)")
+    grpo.add_argument("--seed", type=int, default=defaults.seed, help="seed of --sample and of the trainer")
+    grpo.add_argument(
+        "--model",
+        default=EMBEDDED,
+        help="a model folder, a hub id, a .gguf file, or 'local': the embedded SmolLM2-135M GGUF (default)",
+    )
+    grpo.add_argument(
+        "--reward", choices=("shaped", "env"), default=defaults.reward, help="reward trained on"
+    )
+    grpo.add_argument(
+        "--format-weight", type=float, default=defaults.format_weight, help="shaped: format term"
+    )
+    grpo.add_argument(
+        "--call-weight",
+        action="append",
+        metavar="STATUS=W",
+        help="shaped: weight of a call status (e.g. ok=0.5, tool_hallucination=-0.5); repeatable",
+    )
+    grpo.add_argument(
+        "--correct-weight", type=float, default=defaults.correct_weight, help="shaped: env-reward term"
+    )
+    grpo.add_argument(
+        "--num-generations", type=int, default=defaults.num_generations, help="episodes per task"
+    )
+    grpo.add_argument("--tasks-per-step", type=int, default=defaults.tasks_per_step, help="tasks per step")
+    grpo.add_argument(
+        "--max-completion-length",
+        type=int,
+        default=defaults.max_completion_length,
+        help="tokens of an episode's completion, tool results included",
+    )
+    grpo.add_argument("--max-steps", type=int, default=defaults.max_steps, help="optimizer steps")
+    grpo.add_argument("--learning-rate", type=float, default=defaults.learning_rate)
+    grpo.add_argument("--temperature", type=float, default=defaults.temperature)
+    grpo.add_argument(
+        "--beta", type=float, default=defaults.beta, help="KL coefficient (0: no reference model)"
+    )
+    grpo.add_argument("--save-steps", type=int, default=defaults.save_steps, help="checkpoint every N steps")
+    grpo.add_argument("--save-total-limit", type=int, default=defaults.save_total_limit)
+    grpo.add_argument(
+        "--train-layers", type=int, metavar="N", help="train only the last N decoder layers (default: all)"
+    )
+    grpo.add_argument("--vllm", action="store_true", help="generate with vLLM (GPU; colocated with training)")
+    grpo.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's; 1 is faster on a busy machine)"
+    )
+    grpo.add_argument("--out", type=Path, required=True, help="output folder")
+    grpo.add_argument("--resume", action="store_true", help="continue OUT from its last checkpoint")
+    grpo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    grpo.set_defaults(func=run_grpo)
+
+
+def config_from(args: argparse.Namespace) -> TrainConfig:
+    env_kwargs = parse_key_values(args.env_arg, "--env-arg")
+    if args.data is not None:
+        env_kwargs["data_path"] = args.data
+    weights = parse_key_values(args.call_weight, "--call-weight")
+    if not all(isinstance(value, (int, float)) for value in weights.values()):
+        raise ConfigError(f"--call-weight values must be numbers, got {weights}")
+    return TrainConfig(
+        out=args.out,
+        env_id=args.env,
+        env_kwargs=env_kwargs,
+        model=args.model,
+        limit=args.limit,
+        sample=args.sample,
+        seed=args.seed,
+        reward=args.reward,
+        format_weight=args.format_weight,
+        call_weights={key: float(value) for key, value in weights.items()},
+        correct_weight=args.correct_weight,
+        num_generations=args.num_generations,
+        tasks_per_step=args.tasks_per_step,
+        max_completion_length=args.max_completion_length,
+        max_steps=args.max_steps,
+        learning_rate=args.learning_rate,
+        temperature=args.temperature,
+        beta=args.beta,
+        save_steps=args.save_steps,
+        save_total_limit=args.save_total_limit,
+        train_layers=args.train_layers,
+        use_vllm=args.vllm,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+
+
+def run_grpo(args: argparse.Namespace) -> int:
+    missing = [name for name in ("trl", "datasets", "gguf") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise ConfigError(f"hopgym train needs {', '.join(missing)}: {INSTALL_HINT}")
+    from hopgym.train.grpo import train
+
+    last = train(config_from(args), resume=args.resume)
+    summary = {key: last.get(key) for key in ("step", "loss", "reward", "env_reward", "statuses")}
+    print(json.dumps(summary))
+    return 0

