@@ -9,18 +9,18 @@ the step count and the log go on as if the run had stopped at that checkpoint.
 
 from __future__ import annotations
 
-import json
+import functools
 import os
 import re
 import shutil
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import gymnasium as gym
 from transformers import TrainerCallback
 
-from hopgym.errors import ConfigError
+from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
+from hopgym.errors import ConfigError, DataError
 from hopgym.train.config import TrainConfig
 from hopgym.train.dataset import select_tasks, task_dataset
 from hopgym.train.model import load_model, load_tokenizer
@@ -42,10 +42,10 @@ def last_checkpoint(out: Path) -> Path | None:
         match = _CHECKPOINT.match(path.name)
         if match and path.is_dir():
             try:
-                step = json.loads((path / "trainer_state.json").read_text())["global_step"]
-            except (OSError, ValueError, KeyError):
+                step = (read_json(path / "trainer_state.json") or {})["global_step"]
+                found.append((int(step), path))
+            except (OSError, DataError, KeyError, TypeError, ValueError):
                 continue  # cut short by a kill while saving
-            found.append((int(step), path))
     return max(found)[1] if found else None
 
 
@@ -54,12 +54,12 @@ def check_out(config: TrainConfig, resume: bool) -> Path | None:
     (``RESUMABLE`` ones aside); return the checkpoint a resume starts from (None: from the start)."""
     run_file = config.out / RUN_FILE
     if not resume:
-        if run_file.exists():
+        if exists(run_file):
             raise ConfigError(f"{config.out} holds a run; --resume continues it, or choose another --out")
         return None
-    if not run_file.is_file():
+    kept = read_json(run_file) if config.out.is_dir() else None
+    if kept is None:
         raise ConfigError(f"nothing to resume: {config.out} holds no {RUN_FILE}")
-    kept = json.loads(run_file.read_text())
     changed = sorted(k for k, v in config.identity().items() if k not in RESUMABLE and kept.get(k) != v)
     if changed:
         raise ConfigError(f"--resume with other settings than {run_file}: {', '.join(changed)}")
@@ -75,7 +75,7 @@ def start_out(config: TrainConfig, checkpoint: Path | None) -> None:
         if path.is_dir() and _step(path) >= resumed_step and path != checkpoint:
             shutil.rmtree(path)
     trim(config.out / STEP_LOG, resumed_step)
-    (config.out / RUN_FILE).write_text(json.dumps(config.identity(), indent=2) + "\n")
+    write_json(config.out / RUN_FILE, config.identity())
 
 
 def _step(checkpoint: Path) -> int:
@@ -146,8 +146,8 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(config.threads)
-    make_env = _env_factory(config.env_id, config.env_kwargs)
-    first = make_env()
+    new_env = functools.partial(make_env, config.env_id, config.env_kwargs)
+    first = new_env()
     try:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
     finally:
@@ -156,7 +156,7 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     tokenizer = load_tokenizer(config.model)
     rewards = rewards_of(config)
     log = StepLog(config.out / STEP_LOG, rewards, group=config.num_generations)
-    rollout = HopgymRollout(make_env, tokenizer, on_rollout=log.collect)
+    rollout = HopgymRollout(new_env, tokenizer, on_rollout=log.collect)
     trained = {name: function for name, (function, weight) in rewards.items() if weight}
     model = load_model(config.model)
     if config.train_layers is not None:
@@ -192,13 +192,6 @@ def freeze_below(model: Any, layers: int) -> None:
     model.requires_grad_(False)
     for module in [*decoder[-layers:], model.model.norm]:
         module.requires_grad_(True)
-
-
-def _env_factory(env_id: str, env_kwargs: Mapping[str, Any]) -> Any:
-    def make_env() -> gym.Env:
-        return gym.make(env_id, **env_kwargs)
-
-    return make_env
 
 
 def plot_rewards(steps: list[dict[str, Any]], path: Path) -> Path:

@@ -13,7 +13,6 @@ then saves). After a crash the log may hold steps past the last checkpoint, and 
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import time
@@ -24,6 +23,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
+from hopgym.agents.evaluation.run_folder import json_bytes, open_append, read_records, replace_file
 from hopgym.train.rollout import EpisodeRecord
 
 STEP_LOG = "steps.jsonl"
@@ -121,35 +121,26 @@ class StepLog(TrainerCallback):
 
 
 def append_line(path: Path, value: Mapping[str, Any]) -> None:
-    """Append one JSON line in one write, synced to disk before returning."""
-    data = (json.dumps(value, ensure_ascii=False) + "\n").encode()
-    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        os.write(descriptor, data)
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+    """Append one JSON line in one write (never through a link), synced to disk before returning."""
+    with open_append(path) as handle:
+        handle.write(json_bytes(value) + b"\n")
+        handle.flush()
+        os.fsync(handle.fileno())
 
 
 def read_steps(path: Path) -> list[dict[str, Any]]:
-    """The complete lines of a step log (a torn last line, left by a kill, is not a step)."""
-    if not path.is_file():
-        return []
-    steps = []
-    for line in path.read_text(encoding="utf-8").splitlines(keepends=True):
-        if not line.endswith("\n"):
-            break
-        steps.append(json.loads(line))
-    return steps
+    """The complete lines of a step log (a torn last line, left by a kill, is not a step), read as a run
+    folder's records file: bounded, never through a link, a malformed line skipped."""
+    return read_records(path, _step_problem).records
+
+
+def _step_problem(line: dict[str, Any]) -> str | None:
+    return None if isinstance(line.get("step"), int) else "no step number"
 
 
 def trim(path: Path, last_step: int) -> list[dict[str, Any]]:
     """Cut the log back to the steps up to ``last_step`` (the checkpoint a run resumes from), replacing the
     file atomically; return the steps kept."""
     kept = [step for step in read_steps(path) if step["step"] <= last_step]
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(
-        "".join(json.dumps(step, ensure_ascii=False) + "\n" for step in kept), encoding="utf-8"
-    )
-    os.replace(temporary, path)
+    replace_file(path, [json_bytes(step) + b"\n" for step in kept])
     return kept

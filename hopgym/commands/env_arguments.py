@@ -1,5 +1,5 @@
 """The command-line options that name an env and its kwargs, shared by ``hopgym eval`` and
-``hopgym serve env``: ``--env-arg KEY=VALUE`` is parsed one way everywhere."""
+``hopgym serve env`` and ``hopgym train grpo``: ``--env-arg KEY=VALUE`` is parsed one way everywhere."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ def parse_key_values(pairs: Sequence[str] | None, flag: str) -> dict[str, Any]:
     return result
 
 
-def add_env_arguments(parser: argparse.ArgumentParser) -> None:
+def add_env_arguments(parser: argparse.ArgumentParser, default_env: str = "ToolHop-v0") -> None:
     """The options that choose the env and its kwargs (read back by :func:`env_kwargs_from`)."""
-    parser.add_argument("--env", default="ToolHop-v0", help="gymnasium env id (default: ToolHop-v0)")
+    parser.add_argument("--env", default=default_env, help=f"gymnasium env id (default: {default_env})")
     parser.add_argument("--scenario", help="direct | mandatory | free (passed to the env)")
     parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
     parser.add_argument("--data", help="dataset file, passed to the env as data_path")

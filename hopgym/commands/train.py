@@ -7,7 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
-from hopgym.commands.eval import parse_key_values
+from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
 
@@ -24,9 +24,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Writes OUT/run.json, OUT/steps.jsonl (one line per step: reward, loss, call statuses, "
         "episodes), OUT/checkpoint-N/ and OUT/reward.png. On a GPU, --vllm generates with TRL's vLLM.",
     )
-    grpo.add_argument("--env", default=defaults.env_id, help=f"gymnasium env id (default: {defaults.env_id})")
-    grpo.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="an env kwarg (as hopgym eval)")
-    grpo.add_argument("--data", help="dataset file, passed to the env as data_path")
+    add_env_arguments(grpo, default_env=defaults.env_id)
     grpo.add_argument("--limit", type=int, help="train on the first N tasks")
     grpo.add_argument("--sample", type=int, metavar="N", help="train on N tasks drawn stratified (as eval)")
     grpo.add_argument("--seed", type=int, default=defaults.seed, help="seed of --sample and of the trainer")
@@ -82,16 +80,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def config_from(args: argparse.Namespace) -> TrainConfig:
-    env_kwargs = parse_key_values(args.env_arg, "--env-arg")
-    if args.data is not None:
-        env_kwargs["data_path"] = args.data
     weights = parse_key_values(args.call_weight, "--call-weight")
     if not all(isinstance(value, (int, float)) for value in weights.values()):
         raise ConfigError(f"--call-weight values must be numbers, got {weights}")
     return TrainConfig(
         out=args.out,
         env_id=args.env,
-        env_kwargs=env_kwargs,
+        env_kwargs=env_kwargs_from(args),
         model=args.model,
         limit=args.limit,
         sample=args.sample,
