@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hopgym.agents.model.scripted_server import placeholder_arguments, smoke_script
+from tests.doc_blocks import doc_block
 from tests.test_runner_scripted import TASKS, read_records
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 READY = re.compile(r"^ready: --model (\S+) --api-base (http://127\.0\.0\.1:\d+/v1) --api-key (\S+)$")
 
 
@@ -83,15 +83,6 @@ def test_the_mock_policy_fills_required_parameters_by_type_and_answers_without_t
     assert smoke_script({"messages": [{"role": "user", "content": "q"}]}).content == "Final answer: unknown"
 
 
-def readme_loop() -> list[list[str]]:
-    """The commands of the README's research-loop block, continuation lines joined, comments dropped."""
-    text = README.read_text()
-    section = text[text.index("### Typical research loop") :]
-    start = section.index("```bash\n") + len("```bash\n")
-    block = section[start : section.index("\n```", start)]
-    return [shlex.split(line, comments=True) for line in block.replace("\\\n", " ").splitlines()]
-
-
 def viewed_episodes(command: list[str], cwd: Path) -> int:
     """Start ``hopgym view ...`` as the README does, read the episode count its page's API reports for the
     one run, and stop it with SIGTERM."""
@@ -109,7 +100,7 @@ def viewed_episodes(command: list[str], cwd: Path) -> int:
 
 
 def test_the_readme_research_loop_runs_as_written(tmp_path: Path) -> None:
-    serve, *commands = readme_loop()
+    serve, *commands = doc_block("research-loop").commands()
     assert serve[:3] == ["hopgym", "serve", "scripted"] and serve[-1] == "&"  # started in the background
     assert [c[1] for c in commands] == ["eval", "view", "rescore", "report"]
     with served(*serve[3:-1]) as (_, api_base, _):

@@ -1,0 +1,118 @@
+"""The README and docs/ as a user reads them: every command block says how it is tested, the ones that can
+run here run as written (real data, real sandbox, real servers), links resolve, the README stays short."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.doc_blocks import DOCUMENTS, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
+from tests.shared_data import needs_data
+
+COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
+_NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
+_LINK = re.compile(r"\]\((?!https?://|mailto:)([^)#\s]*)(?:#([^)\s]*))?\)")
+TIMEOUT = 300
+
+
+def test_every_command_block_says_how_it_is_tested() -> None:
+    readers = "\n".join(
+        path.read_text() for path in (ROOT / "tests").rglob("*.py") if path.name != "doc_blocks.py"
+    )
+    blocks = [block for block in doc_blocks() if block.lang in COMMAND_LANGUAGES]
+    assert len(blocks) >= 8
+    for block in blocks:
+        marker = block.marker
+        assert marker is not None, f"{block.where}: a {block.lang} block without a doc-test marker"
+        if marker == "ci" or marker.startswith(NOT_HERE):
+            assert marker == "ci" or len(marker) > len(NOT_HERE) + 10, f"{block.where}: say why not here"
+            continue
+        assert _NAME.match(marker), f"{block.where}: marker {marker!r} is not ci, not here: ..., or a name"
+        assert f'doc_block("{marker}")' in readers, f"{block.where}: no test reads doc_block({marker!r})"
+
+
+def test_the_ci_blocks_are_what_ci_runs() -> None:
+    ci = (ROOT / ".ci" / "run").read_text().splitlines()
+    for block in doc_blocks():
+        if block.marker == "ci":
+            for command in block.commands():
+                assert " ".join(command) in ci, f"{block.where}: .ci/run does not run {command}"
+
+
+def test_the_readme_stays_short_and_every_link_resolves() -> None:
+    assert len((ROOT / "README.md").read_text().splitlines()) <= 250
+    for path in DOCUMENTS:
+        for target, anchor in _LINK.findall(path.read_text()):
+            linked = (path.parent / target).resolve() if target else path
+            assert linked.exists(), f"{path.relative_to(ROOT)}: the link to {target} leads nowhere"
+            if anchor and linked.suffix == ".md":
+                where = path.relative_to(ROOT)
+                assert anchor in headings(linked), f"{where}: no heading #{anchor} in {target}"
+
+
+def headings(path: Path) -> set[str]:
+    """GitHub's anchors of a Markdown file's headings."""
+    titles = re.findall(r"^#+ (.+)$", path.read_text(), re.M)
+    return {re.sub(r"[^\w\- ]", "", title.lower()).replace(" ", "-") for title in titles}
+
+
+def run_python(block: DocBlock, cwd: Path) -> str:
+    done = subprocess.run(
+        [sys.executable, "-c", block.text], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT
+    )
+    assert done.returncode == 0, f"{block.where}: {done.stderr[-3000:]}"
+    return done.stdout
+
+
+def hopgym(command: list[str]) -> list[str]:
+    assert command[0] == "hopgym", command
+    return [sys.executable, "-m", "hopgym.cli", *command[1:]]
+
+
+@needs_data("toolhop/toolhop_subset100.jsonl")
+def test_the_use_example_steps_a_toolhop_episode(tmp_path: Path) -> None:
+    printed = run_python(doc_block("use-toolhop"), tmp_path)
+    assert "seccomp" in printed  # the isolation in force
+    assert re.search(r"^(ok|parameter_missing|invalid_arguments|tool_error) ", printed, re.M), printed
+
+
+@needs_data("familytool/familykg-e.txt")
+def test_the_familytool_example_changes_the_live_kg(tmp_path: Path) -> None:
+    run_python(doc_block("familytool-kg"), tmp_path)
+
+
+@needs_data("fb15k-237/train2id.txt")
+def test_the_kg2tool_commands_sample_and_export_fb15k237_tasks(tmp_path: Path) -> None:
+    for command in doc_block("kg2tool").commands():
+        done = subprocess.run(hopgym(command), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
+        assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+    tasks = (tmp_path / "tasks.jsonl").read_text().splitlines()
+    assert 14 <= len(tasks) <= 14 * 20
+    assert (tmp_path / "kg2tool_sharegpt.json").read_text().startswith("[")
+
+
+@needs_data("toolhop/toolhop_subset100.jsonl")
+def test_the_rollouts_example_runs_eight_episodes(tmp_path: Path) -> None:
+    rewards = run_python(doc_block("rollouts"), tmp_path).strip()
+    assert rewards == "[" + ", ".join(["0.0"] * 8) + "]"
+
+
+@pytest.mark.xdist_group("doc-port-8766")
+@needs_data("toolhop/toolhop_subset100.jsonl")
+def test_the_openenv_example_serves_and_drives_an_episode(tmp_path: Path) -> None:
+    (serve,) = doc_block("openenv-serve").commands()
+    assert serve[-1] == "&"
+    server = subprocess.Popen(hopgym(serve[:-1]), cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith("ready: --base-url http://127.0.0.1:8766")
+        printed = run_python(doc_block("openenv-client"), tmp_path)
+        assert printed.startswith("0.0 []"), printed
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
