@@ -8,10 +8,11 @@ export HOPGYM_DATA
 
 .PHONY: demo local-model test typecheck bench lint format clean
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml environments/hopgym_env/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers,train]'
+	$(PY) -m pip install --quiet -e environments/hopgym_env
 	touch $@
 
 # The embedded local model: llama-cpp-python (its wheel is built once and cached in ~/.cache/hopgym/wheels)

@@ -3,6 +3,8 @@ run here run as written (real data, real sandbox, real servers), links resolve, 
 
 from __future__ import annotations
 
+import importlib.metadata
+import json
 import re
 import signal
 import subprocess
@@ -116,3 +118,27 @@ def test_the_openenv_example_serves_and_drives_an_episode(tmp_path: Path) -> Non
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+@pytest.mark.xdist_group("doc-port-8767")
+@needs_data("toolhop/toolhop_subset100.jsonl")
+def test_vf_eval_runs_the_environment_module_as_the_docs_show(tmp_path: Path) -> None:
+    install, serve, evaluate = doc_block("vf-eval").commands()
+    assert install == ["pip", "install", "-e", "environments/hopgym_env"]
+    assert importlib.metadata.distribution("hopgym-env")  # installed so by the Makefile, as the line says
+    assert serve[-1] == "&" and evaluate[0] == "vf-eval"
+    server = subprocess.Popen(hopgym(serve[:-1]), cwd=tmp_path, stdout=subprocess.PIPE, text=True)
+    try:
+        assert server.stdout is not None
+        assert server.stdout.readline().startswith("ready: --model openai/scripted")
+        vf_eval = str(Path(sys.executable).parent / "vf-eval")
+        done = subprocess.run(
+            [vf_eval, *evaluate[1:]], cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+    finally:
+        server.send_signal(signal.SIGTERM)
+        server.wait(timeout=30)
+    (results,) = tmp_path.glob("outputs/evals/*/*/results.jsonl")
+    rows = [json.loads(line) for line in results.read_text().splitlines()]
+    assert len(rows) == 2 and all(row["reward"] in (0.0, 1.0) for row in rows)
