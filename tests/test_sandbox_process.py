@@ -427,7 +427,7 @@ def test_a_call_can_return_the_json_text_its_worker_made(sandbox: Sandbox) -> No
 def test_pausing_the_worker_between_calls_wakes_no_relay() -> None:
     """The worker is stopped after each call and continued for the next; its parent in ``namespaces`` mode
     (a relay that waits on a pidfd) must sleep through that, or every call pays two more context switches.
-    Under bwrap the parent is bwrap's own init, which does wake (see the README's benchmarks)."""
+    Under bwrap the parent is bwrap's own init, which does wake (see docs/benchmarks.md)."""
     require_level("namespaces")
     sandbox = make_sandbox("process", isolation="namespaces")
     sandbox.load([TOOLS])

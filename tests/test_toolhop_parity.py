@@ -8,7 +8,7 @@ and non-object arguments, hallucinated tools (a name with a leading space too) a
 parameters, wrong types, enum values and documented null defaults, parallel calls, runs to the turn cap,
 and final answers that are right, wrong, empty, missing, or right only in the tool message before them
 (the official second clause).
-The deliberate differences (README "Fidelity") are kept out of these trajectories and tested one by one
+The deliberate differences (docs/fidelity.md) are kept out of these trajectories and tested one by one
 in tests/test_env_toolhop_official.py.
 """
 
