@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.envs.chat import ChatToolEnv, Score, select_task
+from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.kgtool_scoring import score_answer
@@ -50,7 +50,7 @@ def _system_prompt(kg_name: str) -> str:
     return KGTOOL["system"].format(id_hint=hint if kg_name == "fb15k-237" else "")
 
 
-class KGToolEnv(ChatToolEnv):
+class KGToolEnv(ChatToolEnv[KG2ToolTask]):
     """One KG2Tool task per episode; see docs/contracts.md "KG2Tool tasks" and "Environments".
 
     Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
@@ -82,10 +82,9 @@ class KGToolEnv(ChatToolEnv):
         self._seed = seed
         self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
         self.source = load_kg_source(*self._source_args)
-        self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
-        self.data_files = (Path(data_path).resolve(),) if data_path is not None else ()
-        """The files the tasks come from (a run records their sha256); none when sampled here."""
-        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        # The data file, if any, is recorded by a run (its sha256); sampled tasks have none.
+        files = [Path(data_path).resolve()] if data_path is not None else []
+        self._use_tasks(self._tasks(kg, data_path, patterns, n, seed), files)
         self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
         unknown = sorted({name for task in self.tasks for name in task.tool_names} - set(self._tool_schemas))
         if unknown:
@@ -93,7 +92,6 @@ class KGToolEnv(ChatToolEnv):
         if isinstance(sandbox, str):
             sandbox_options = {**DEFAULT_SANDBOX_OPTIONS, **dict(sandbox_options or {})}
         self._use_sandbox(sandbox, sandbox_options)
-        self._task: KG2ToolTask | None = None
 
     def _tasks(
         self, kg: str, data_path: Any, patterns: str | Sequence[str], n: int, seed: int
@@ -114,15 +112,10 @@ class KGToolEnv(ChatToolEnv):
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._begin_reset(seed)
-        task = select_task(self.tasks, self._index_of, options, self.np_random)
+    def _episode_start(self, task: KG2ToolTask) -> EpisodeStart:
         self._ensure_loaded()
-        self._task = task
         offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
-        return self._start_episode(
+        return EpisodeStart(
             [self._tool_schemas[name] for name in offered],
             [
                 {"role": "system", "content": _system_prompt(self.source.name)},

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from hopgym.envs.calls import CallRecord, CallRequest
-from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
+from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn
 from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
@@ -31,7 +31,7 @@ ToolHopProtocol = Literal["official", "hopgym"]
 PROTOCOLS: tuple[ToolHopProtocol, ...] = get_args(ToolHopProtocol)
 
 
-class ToolHopEnv(ChatToolEnv):
+class ToolHopEnv(ChatToolEnv[Task]):
     """One ToolHop query per episode; see docs/contracts.md "Environments" for the full contract.
 
     ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
@@ -66,26 +66,17 @@ class ToolHopEnv(ChatToolEnv):
         self.scorer_name = scorer
         self._scorer = get_scorer(scorer)
         super().__init__(max_turns, feedback, call_timeout)
-        self.tasks: list[Task] = load_toolhop(data_path)
-        self.data_files = (resolve_toolhop_path(data_path).resolve(),)
-        """The files the tasks come from (a run records their sha256)."""
-        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        self._use_tasks(load_toolhop(data_path), [resolve_toolhop_path(data_path).resolve()])
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
         if scenario != "direct":
             self._use_sandbox(sandbox, sandbox_options)
-        self._task: Task | None = None
         self._load_errors: tuple[str, ...] = ()
         self._executor: OfficialExecutor | None = None
         self._stopped: str | None = None
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._begin_reset(seed)
-        task = select_task(self.tasks, self._index_of, options, self.np_random)
-        self._task = task
+    def _episode_start(self, task: Task) -> EpisodeStart:
         self._load_errors = ()
         self._stopped = None
         if self.sandbox is not None:
@@ -106,9 +97,7 @@ class ToolHopEnv(ChatToolEnv):
         # Calls are classified against one document per tool name (the one whose definition runs) in
         # both protocols, so the Table 4 columns mean the same; the official protocol offers every document.
         direct = self.scenario == "direct"
-        return self._start_episode(
-            [] if direct else offered, messages, classify_with=None if direct else task.tools
-        )
+        return EpisodeStart([] if direct else offered, messages, classify_with=None if direct else task.tools)
 
     def _load_tools(self, task: Task) -> LoadResult:
         """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
@@ -128,19 +117,16 @@ class ToolHopEnv(ChatToolEnv):
         if self.sandbox is not None and self._task is not None and not self._done:
             self._load_tools(self._task)
 
-    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
+    def _special_turn(self, action: dict[str, Any] | str, turn: int) -> SpecialTurn | None:
         """A CodeAct turn (see envs/codeact.py): run the code, record its tool calls, show its output."""
         code = code_of(action)
         if code is None or self.sandbox is None or isinstance(action, str):
             return None
-        self._messages.append({"role": "assistant", "content": action.get("content") or code})
-        self._turns += 1
         records, text = run_code(
-            self.sandbox, self._validator, code, self.feedback, f"code_{self._turns}", self._call_timeout
+            self.sandbox, self._validator, code, self.feedback, f"code_{turn}", self._call_timeout
         )
-        self._calls_made += len(records)
-        self._messages.append({"role": "user", "content": text})
-        return self._turn_ran_tools(records)
+        assistant = {"role": "assistant", "content": action.get("content") or code}
+        return SpecialTurn(messages=(assistant, {"role": "user", "content": text}), records=records)
 
     def _is_final(self, calls: Sequence[CallRequest]) -> bool:
         # The official direct scenario makes one model call: its reply is final whatever it holds.
