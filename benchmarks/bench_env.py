@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.agents.policies.scripted import schema_arguments
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.tasks.task import Task
 
 

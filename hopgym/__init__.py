@@ -11,7 +11,7 @@ from gymnasium.envs.registration import register, registry
 __version__ = "0.1.0"
 
 _ENVS = {
-    "ToolHop-v0": "hopgym.envs.toolhop:ToolHopEnv",
+    "ToolHop-v0": "hopgym.envs.toolhop.env:ToolHopEnv",
     "FamilyTool-v0": "hopgym.envs.familytool:FamilyToolEnv",
     "KGTool-v0": "hopgym.envs.kgtool:KGToolEnv",
 }

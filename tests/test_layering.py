@@ -263,7 +263,7 @@ def test_the_check_finds_upward_and_relative_imports(module, source, found):
 def test_the_check_allows_downward_and_same_layer_imports():
     source = "from hopgym.errors import ConfigError\nfrom hopgym.tasks.kg.graph import KG\n"
     source += "import hopgym.envs.chat\n"
-    assert upward_imports("hopgym.envs.toolhop", source) == []
+    assert upward_imports("hopgym.envs.toolhop.env", source) == []
     assert (
         upward_imports("hopgym.commands.eval", "from hopgym.agents.evaluation.runner import EvalRun\n") == []
     )

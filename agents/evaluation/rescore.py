@@ -18,7 +18,7 @@ from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
 from hopgym.envs.scoring import episode_correct, get_scorer
-from hopgym.envs.toolhop import PROTOCOLS
+from hopgym.envs.toolhop.env import PROTOCOLS
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice
 
