@@ -12,7 +12,7 @@ from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.scoring import episode_correct, get_scorer
-from hopgym.envs.toolhop_official import (
+from hopgym.envs.toolhop.official import (
     OFFICIAL_CALL_TIMEOUT,
     OFFICIAL_SAMPLING,
     OfficialExecutor,
@@ -38,7 +38,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
     ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.
     ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the protocol's (official: 10 s) or,
     under ``protocol="hopgym"``, the sandbox's default. ``protocol="official"`` reproduces the official
-    evaluation code (envs/toolhop_official.py); ``"hopgym"`` is the richer protocol with a system prompt,
+    evaluation code (envs/toolhop/official.py); ``"hopgym"`` is the richer protocol with a system prompt,
     ``tool_choice`` and schema-validated calls.
     """
 
