@@ -18,7 +18,7 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError
 
 from hopgym.envs.feedback import is_error_value, render_value
-from hopgym.envs.scoring import normalized_match
+from hopgym.envs.toolhop.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.model_text import SPACE as S

@@ -2,7 +2,7 @@
 
 Each ended episode's saved messages are scored with another scorer and/or the answer rule of another
 protocol (the official rule may read the tool message before the answer; hopgym's reads the answer
-alone), exactly as the env scores a live episode (:func:`hopgym.envs.scoring.episode_correct`). The
+alone), exactly as the env scores a live episode (:func:`hopgym.envs.toolhop.scoring.episode_correct`). The
 trajectory itself is what was run: rescoring under another protocol changes the verdict rule, not the
 prompts the model saw. The result is a new run folder that ``hopgym report`` reads like any other.
 """
@@ -17,8 +17,8 @@ from hopgym.agents.evaluation.provenance import now
 from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
-from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop.env import PROTOCOLS
+from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice
 

@@ -11,13 +11,13 @@ from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn
 from hopgym.envs.codeact import code_of, run_code
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.prompts import SCENARIOS, system_prompt
-from hopgym.envs.scoring import episode_correct, get_scorer
 from hopgym.envs.toolhop.official import (
     OFFICIAL_CALL_TIMEOUT,
     OFFICIAL_SAMPLING,
     OfficialExecutor,
     official_call_record,
 )
+from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
