@@ -13,7 +13,7 @@ from typing import Any
 from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
 from hopgym.agents.evaluation.run_folder import read_json
 from hopgym.agents.evaluation.runner import RUN_FILE
-from hopgym.envs.familytool_metrics import aggregate_metrics
+from hopgym.envs.familytool.metrics import aggregate_metrics
 
 FAMILYTOOL_ENV = "FamilyTool-v0"
 PATH_EXTRACTION_LABELS = {"greedy": "GS", "retrieval": "RR", "exact": "Exact"}
