@@ -13,7 +13,7 @@ __version__ = "0.1.0"
 _ENVS = {
     "ToolHop-v0": "hopgym.envs.toolhop.env:ToolHopEnv",
     "FamilyTool-v0": "hopgym.envs.familytool.env:FamilyToolEnv",
-    "KGTool-v0": "hopgym.envs.kgtool:KGToolEnv",
+    "KGTool-v0": "hopgym.envs.kgtool.env:KGToolEnv",
 }
 ENV_IDS = tuple(_ENVS)
 
