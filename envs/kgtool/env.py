@@ -2,7 +2,7 @@
 
 Each episode is one task (a sampled FOL query): the agent gets the query and the tools its solution needs
 plus ``n_distractors`` others, calls them (each call runs in the sandbox against the KG), and answers with
-entity names. Scoring is exact set match (see envs/kgtool_scoring.py); ``info`` adds precision, recall,
+entity names. Scoring is exact set match (see envs/kgtool/scoring.py); ``info`` adds precision, recall,
 F1 and hits@1.
 
 The generated KG tools are our own deterministic code, pure functions of their JSON arguments, so unlike
@@ -23,7 +23,7 @@ from typing import Any
 from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
-from hopgym.envs.kgtool_scoring import score_answer
+from hopgym.envs.kgtool.scoring import score_answer
 from hopgym.envs.prompts import KGTOOL
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.options import check_choice
@@ -146,7 +146,7 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
             raise SandboxError(f"the sandbox did not keep the {self.source.name} tools loaded: {probe.error}")
 
     def _score(self, message: Mapping[str, Any]) -> Score:
-        """Exact set match of the answered names (envs/kgtool_scoring.py); precision, recall, F1 and
+        """Exact set match of the answered names (envs/kgtool/scoring.py); precision, recall, F1 and
         hits@1 are both terminal ``info`` keys and ``metrics``."""
         assert self._task is not None
         score = score_answer(message["content"], self._task.answers, self.source.label, self.source.resolve)
