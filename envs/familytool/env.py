@@ -20,9 +20,9 @@ from typing import Any, Literal, get_args
 from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
 from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn, assistant_message
 from hopgym.envs.familytool.metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.familytool.prompts import FAMILYTOOL
 from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
-from hopgym.envs.prompts import FAMILYTOOL
 from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice

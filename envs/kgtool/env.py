@@ -23,8 +23,8 @@ from typing import Any
 from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
+from hopgym.envs.kgtool.prompts import KGTOOL
 from hopgym.envs.kgtool.scoring import score_answer
-from hopgym.envs.prompts import KGTOOL
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox

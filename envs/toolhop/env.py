@@ -9,7 +9,6 @@ from typing import Any, Literal, get_args
 from hopgym.envs.calls import CallRecord, CallRequest
 from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn
 from hopgym.envs.feedback import FeedbackMode
-from hopgym.envs.prompts import SCENARIOS, system_prompt
 from hopgym.envs.toolhop.codeact import code_of, run_code
 from hopgym.envs.toolhop.official import (
     OFFICIAL_CALL_TIMEOUT,
@@ -17,6 +16,7 @@ from hopgym.envs.toolhop.official import (
     OfficialExecutor,
     official_call_record,
 )
+from hopgym.envs.toolhop.prompts import SCENARIOS, system_prompt
 from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
@@ -118,7 +118,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
             self._load_tools(self._task)
 
     def _special_turn(self, action: dict[str, Any] | str, turn: int) -> SpecialTurn | None:
-        """A CodeAct turn (see envs/toolhop/codeact.py): run the code, record its tool calls, show its output."""
+        """A CodeAct turn (envs/toolhop/codeact.py): run the code, record its tool calls, show its output."""
         code = code_of(action)
         if code is None or self.sandbox is None or isinstance(action, str):
             return None
