@@ -21,10 +21,10 @@ from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
-from hopgym.tasks.task import Task
 from hopgym.tasks.toolhop.hub import resolve_toolhop_path
 from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.tasks.toolhop.official import official_prompt_templates
+from hopgym.tasks.toolhop.task import Task
 
 Scenario = Literal["direct", "mandatory", "free"]
 ToolHopProtocol = Literal["official", "hopgym"]
