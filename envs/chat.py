@@ -10,7 +10,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Generic, Protocol, TypeVar, final
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 import gymnasium as gym
 import numpy as np
@@ -206,6 +206,9 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
     """The task of the current (or last) episode; None before the first ``reset``."""
     _NO_SANDBOX = "none (no tools run)"
     """``info["isolation"]`` when the env runs no tools."""
+    contract_cases: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
+    """Keyword sets the registry-wide contract test (tests/test_env_contracts.py) makes the env with, each
+    small and fast on the shared data; ``{}``: the env's defaults."""
 
     def __init__(
         self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None

@@ -90,6 +90,8 @@ class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
     the query plus the extracted sub-KG.
     """
 
+    contract_cases = ({"variant": "e", "kg": "gold"}, {"variant": "e", "kg": "tools"})
+
     def __init__(
         self,
         variant: Variant = "e",

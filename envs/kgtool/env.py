@@ -59,6 +59,8 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
     :class:`~hopgym.sandbox.base.Sandbox`, used but not closed.
     """
 
+    contract_cases = ({"kg": "family-e", "patterns": "1p,2i", "n": 1, "seed": 0},)
+
     def __init__(
         self,
         kg: KGName = "fb15k-237",

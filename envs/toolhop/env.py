@@ -40,6 +40,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
 
     _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
     _NO_SANDBOX = "none (no tools offered)"
+    contract_cases = ({"scenario": "mandatory"}, {"scenario": "direct"})
 
     def __init__(
         self,
