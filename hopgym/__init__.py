@@ -14,6 +14,7 @@ _ENVS = {
     "ToolHop-v0": "hopgym.envs.toolhop.env:ToolHopEnv",
     "FamilyTool-v0": "hopgym.envs.familytool.env:FamilyToolEnv",
     "KGTool-v0": "hopgym.envs.kgtool.env:KGToolEnv",
+    "ToolTasks-v0": "hopgym.envs.tooltasks.env:ToolTasksEnv",
 }
 ENV_IDS = tuple(_ENVS)
 
