@@ -78,7 +78,9 @@ class OfficialProtocol(ToolHopProtocol):
     def first_turn(
         self, task: Task, scenario: str
     ) -> tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]:
-        offered = [{"type": "function", "function": dict(document)} for document in task.documents]
+        offered: list[Mapping[str, Any]] = [
+            {"type": "function", "function": dict(document)} for document in task.documents
+        ]
         return offered, [{"role": "user", "content": self._prompts[scenario].render(task.question)}]
 
     def executor(
