@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
@@ -22,6 +23,7 @@ ROW_SCHEMA: dict[str, Any] = json.loads(
 )
 """The JSON Schema of a row (published as envs/tooltasks/row.schema.json)."""
 _VALIDATOR = jsonschema.Draft202012Validator(ROW_SCHEMA)
+_BETWEEN_ROWS = re.compile(r"[\s,]*")
 
 
 def _numbered_rows(text: str) -> Iterator[tuple[int, Any]]:
@@ -34,18 +36,23 @@ def _numbered_rows(text: str) -> Iterator[tuple[int, Any]]:
                 except json.JSONDecodeError as exc:
                     yield number, exc
         return
-    decoder, position = json.JSONDecoder(), text.index("[") + 1
+    try:
+        json.loads(text)  # the list as a whole is strict JSON; the scan below only finds where rows start
+    except json.JSONDecodeError as exc:
+        yield exc.lineno, exc
+        return
+    decoder, position, start, number = json.JSONDecoder(), text.index("[") + 1, 0, 1
     while True:
-        position = len(text) - len(text[position:].lstrip(" \t\r\n,"))
-        line = text.count("\n", 0, position) + 1
+        position = _BETWEEN_ROWS.match(text, position).end()  # type: ignore[union-attr]  # matches the empty string too
+        number, start = number + text.count("\n", start, position), position
         if text.startswith("]", position):
             return
         try:
             row, position = decoder.raw_decode(text, position)
         except json.JSONDecodeError as exc:
-            yield line, exc
+            yield number, exc
             return
-        yield line, row
+        yield number, row
 
 
 def _problem(row: Any) -> str | None:
