@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.agents.policies.scripted import schema_arguments
-from hopgym.envs.toolhop import ToolHopEnv
-from hopgym.tasks.task import Task
+from hopgym.envs.toolhop.env import ToolHopEnv
+from hopgym.tasks.toolhop.task import Task
 
 
 def _call(name: str, arguments: dict[str, Any]) -> dict[str, Any]:

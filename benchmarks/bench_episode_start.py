@@ -25,7 +25,7 @@ from typing import Any
 from _timing import ARGUMENTS, TOOL, percentile
 from bench_env import full_pass, warm_round_trip
 
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 
 CPUACCT = Path("/sys/fs/cgroup/cpuacct")
 EPISODE_SECONDS = 0.05

@@ -16,7 +16,7 @@ import statistics
 import time
 from pathlib import Path
 
-from hopgym.envs.kgtool import KGToolEnv
+from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.tasks.kg2tool.export import answer_text
 
 

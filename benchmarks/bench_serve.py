@@ -38,7 +38,7 @@ from hopgym.agents.adapters.openenv_client import HopgymEnvClient
 from hopgym.agents.adapters.openenv_types import HopgymAction
 from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.agents.model.scripted_server import placeholder_arguments
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.messages import tool_call
 from hopgym.sandbox import make_sandbox
 

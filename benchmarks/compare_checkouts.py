@@ -54,12 +54,16 @@ FIGURES = (
 def child(calls: int, resets: int) -> dict[str, Any]:
     """Every figure's samples in ms, measured in this process with whatever ``hopgym`` it imports."""
 
+    import gymnasium
     from bench_env import full_pass, warm_step_latencies
     from bench_episode_start import CpuMeter
+    from gymnasium.envs.registration import load_env_creator
 
     import hopgym
-    from hopgym.envs.toolhop import ToolHopEnv
     from hopgym.sandbox import make_sandbox
+
+    # The registered entry point: the env class wherever the compared checkout keeps it.
+    ToolHopEnv = load_env_creator(gymnasium.spec("ToolHop-v0").entry_point)
 
     samples: dict[str, Any] = {"hopgym": hopgym.__file__}
     with make_sandbox("process") as sandbox:

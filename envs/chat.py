@@ -6,9 +6,11 @@ becomes validated, executed and recorded calls; those steps live here once.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from pathlib import Path
+from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +24,15 @@ from hopgym.messages import ToolMessage
 from hopgym.model_text import valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
 
-TaskT = TypeVar("TaskT")
+
+class Identified(Protocol):
+    """A task: whatever an env's tasks are, each has an id (``reset(options={"task_id": ...})``)."""
+
+    @property
+    def id(self) -> str: ...
+
+
+TaskT = TypeVar("TaskT", bound=Identified)
 RESET_OPTIONS = ("task_id", "index")
 
 
@@ -135,21 +145,70 @@ class Score:
         }
 
 
-class ChatToolEnv(gym.Env[dict[str, Any], Any]):
-    """The episode loop every chat env shares; subclasses add their data and override small hooks.
+@dataclass(frozen=True)
+class EpisodeStart:
+    """What an episode starts with (:meth:`ChatToolEnv._episode_start`): the tool schemas offered, the first
+    messages, and the schemas calls are validated against when not the offered ones (``classify_with``)."""
 
-    ``step`` checks the action, appends the assistant message, counts the turn, and then either ends the
-    episode (:meth:`_is_final`; scored by :meth:`_score`; the ending message's calls recorded by
-    :meth:`_final_records`) or runs each call (:meth:`_run_call`, which validates it and executes it with
-    :meth:`_execute`), records it, shows it as a ``tool`` message, and truncates once ``max_turns`` is
-    spent. ``info`` is :meth:`_episode_info` plus the keys every env reports.
+    tools: Sequence[Mapping[str, Any]]
+    messages: Sequence[Mapping[str, Any]]
+    classify_with: Sequence[Mapping[str, Any]] | None = None
+
+
+@dataclass(frozen=True)
+class SpecialTurn:
+    """What a special turn (:meth:`ChatToolEnv._special_turn`) adds to the episode: ``messages`` appended
+    in order, earlier messages ``replaced`` by their index, and the ``records`` of the calls it ran. The
+    loop keeps the books: it counts the turn and the calls and truncates once ``max_turns`` is spent."""
+
+    messages: Sequence[Mapping[str, Any]] = ()
+    replaced: Mapping[int, Mapping[str, Any]] = field(default_factory=dict)
+    records: Sequence[CallRecord] = ()
+
+
+class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
+    """The episode loop every chat env shares; a subclass adds its data, its prompts and its scoring.
+
+    Set these in ALL subclasses (``__init__``, after ``super().__init__(max_turns, feedback, call_timeout)``):
+
+    - :attr:`tasks`, :attr:`_index_of` and :attr:`data_files`, through :meth:`_use_tasks`;
+    - the sandbox, through :meth:`_use_sandbox`, unless the env runs no tools.
+
+    and implement these (abstract):
+
+    - :meth:`_episode_start`: the tools and first messages of an episode on a task;
+    - :meth:`_score`: how the message that ended the episode scored;
+    - :meth:`_episode_info`: the env's own ``info`` keys (``task_id``, ``hops`` and what it documents).
+
+    The other hooks have documented defaults an env may override: :meth:`_special_turn` (none),
+    :meth:`_is_final` (a message without calls), :meth:`_final_records` (none), :meth:`_run_call` (validate,
+    then :meth:`_execute` in the sandbox), :meth:`_tool_message`, :meth:`_run_stopped` (never),
+    :meth:`_tool_choice` (``"auto"``), :meth:`_restore` (nothing) with :attr:`_REBUILT`.
+
+    ``reset`` and ``step`` are final: ``reset`` picks the task (:func:`select_task`) and starts the episode
+    from :meth:`_episode_start`; ``step`` checks the action, runs a special turn if the env has one, else
+    appends the assistant message, counts the turn, and then either ends the episode (:meth:`_is_final`;
+    scored by :meth:`_score`; the ending message's calls recorded by :meth:`_final_records`) or runs each
+    call (:meth:`_run_call`), records it, shows it as a ``tool`` message (:meth:`_tool_message`), stops
+    truncated when :meth:`_run_stopped`, and truncates once ``max_turns`` is spent. ``info`` is
+    :meth:`_episode_info` plus the keys every env reports. The loop alone edits the messages, the turn
+    and call counts.
     """
 
     metadata = {"render_modes": []}  # noqa: RUF012 - gymnasium's class attribute
-    tasks: Sequence[Any]
+    tasks: Sequence[TaskT]
     """The env's tasks, in the order ``reset(options={"index": i})`` counts them; each env sets it."""
+    _index_of: Mapping[str, int]
+    """Each task's id to its index in :attr:`tasks`; each env sets it."""
+    data_files: tuple[Path, ...]
+    """The files the tasks come from (a run records their sha256); each env sets it, ``()`` if none."""
+    _task: TaskT | None
+    """The task of the current (or last) episode; None before the first ``reset``."""
     _NO_SANDBOX = "none (no tools run)"
     """``info["isolation"]`` when the env runs no tools."""
+    contract_cases: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
+    """Keyword sets the registry-wide contract test (tests/test_env_contracts.py) makes the env with, each
+    small and fast on the shared data; ``{}``: the env's defaults."""
 
     def __init__(
         self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None
@@ -163,6 +222,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._owns_sandbox = False
         self.observation_space = ChatObservationSpace()
         self.action_space = AssistantActionSpace()
+        self._task = None
         self._messages: list[Mapping[str, Any]] = []
         self._tools: list[Mapping[str, Any]] = []
         self._validator = ToolValidator([])
@@ -176,6 +236,12 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         self._sandbox_spec: tuple[str, dict[str, Any]] | None = None
         """The backend name and options of an owned sandbox: a copy of the env makes its own from them."""
 
+    def _use_tasks(self, tasks: Sequence[TaskT], data_files: Sequence[Path] = ()) -> None:
+        """Set the env's :attr:`tasks` (and :attr:`_index_of` from their ids) and :attr:`data_files`."""
+        self.tasks = tasks
+        self._index_of = {task.id: i for i, task in enumerate(tasks)}
+        self.data_files = tuple(data_files)
+
     def _use_sandbox(self, sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> Sandbox:
         self.sandbox, self._owns_sandbox = env_sandbox(sandbox, options)
         if self._owns_sandbox:
@@ -188,24 +254,26 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         if self.sandbox is not None:
             self.sandbox.wait_until_warm()
 
-    def _begin_reset(self, seed: int | None) -> None:
-        """What every ``reset`` does first: refuse a closed env (the same in every env), seed the RNG."""
+    # -- the episode loop --------------------------------------------------------------------------
+
+    @final
+    def reset(
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Start an episode on the task ``options`` name (``task_id`` or ``index``), else on one drawn with
+        the env's RNG (seeded by ``seed``)."""
         if self._closed:
             raise HopgymError("this env was closed; make a new one")
         super().reset(seed=seed)
-
-    def _start_episode(
-        self,
-        tools: Sequence[Mapping[str, Any]],
-        messages: Sequence[Mapping[str, Any]],
-        classify_with: Sequence[Mapping[str, Any]] | None = None,
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Start the episode and return what ``reset`` returns. ``classify_with``: the tool schemas calls
-        are validated against, when not the offered ones."""
+        task = select_task(self.tasks, self._index_of, options, self.np_random)
+        self._task = task
+        start = self._episode_start(task)
+        tools = start.tools
+        classify_with = tools if start.classify_with is None else start.classify_with
         self._tools = list(tools)
-        self._classified_tools = list(tools if classify_with is None else classify_with)
-        self._validator = self._validator_for(tools if classify_with is None else classify_with)
-        self._messages = list(messages)
+        self._classified_tools = list(classify_with)
+        self._validator = self._validator_for(classify_with)
+        self._messages = list(start.messages)
         self._turns = 0
         self._calls_made = 0
         self._done = False
@@ -223,17 +291,21 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
             self._validators[id(tools)] = kept
         return kept[1]
 
-    # -- the episode loop --------------------------------------------------------------------------
-
+    @final
     def step(self, action: Any) -> Step:
         if self._closed:
             raise HopgymError("this env was closed; make a new one")
         if self._done:
             raise HopgymError("step() called before reset() or after the episode ended; call reset()")
         action = checked_action(action)
-        special = self._special_turn(action)
+        special = self._special_turn(action, self._turns + 1)
         if special is not None:
-            return special
+            for index, replacement in special.replaced.items():
+                self._messages[index] = replacement
+            self._messages.extend(special.messages)
+            self._turns += 1
+            self._calls_made += len(special.records)
+            return self._turn_ran_tools(list(special.records))
         message = assistant_message(action)
         self._messages.append(message)
         self._turns += 1
@@ -268,9 +340,15 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
 
     # -- hooks -------------------------------------------------------------------------------------
 
-    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
-        """A turn this env runs its own way (ToolHop's CodeAct actions), else None for the standard turn;
-        an env may also note extra fields of the action here."""
+    @abstractmethod
+    def _episode_start(self, task: TaskT) -> EpisodeStart:
+        """The tools and first messages of an episode on ``task`` (already :attr:`_task`); the env resets
+        its own per-episode state here and loads what the task's calls need."""
+
+    def _special_turn(self, action: dict[str, Any] | str, turn: int) -> SpecialTurn | None:
+        """Turn number ``turn`` run the env's own way (ToolHop's CodeAct actions, FamilyTool's extraction
+        turn): what it adds to the episode, which the loop records; None (the default) for the standard
+        turn."""
         return None
 
     def _is_final(self, calls: Sequence[CallRequest]) -> bool:
@@ -281,9 +359,9 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         """The records of the ending message's calls, which never run (FamilyTool's); by default none."""
         return []
 
+    @abstractmethod
     def _score(self, message: Mapping[str, Any]) -> Score:
         """How the episode that ``message`` ended scored."""
-        raise NotImplementedError
 
     def _run_call(self, call: CallRequest) -> CallRecord:
         """Validate one call, execute it (:meth:`_execute`) when valid, and return its record."""
@@ -311,9 +389,9 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         # Shallow copies: a kept observation stays as it was returned, and it is plain JSON data.
         return {"messages": self._messages[:], "tools": self._tools[:]}
 
+    @abstractmethod
     def _episode_info(self) -> dict[str, Any]:
         """The env's own ``info`` keys: ``task_id``, ``hops`` and what it documents."""
-        raise NotImplementedError
 
     def _tool_choice(self) -> str | None:
         """What the agent should send as ``tool_choice`` now (None: the env's pipeline sends none)."""
@@ -371,7 +449,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any]):
         """Rebuild what :attr:`_REBUILT` names beyond the sandbox, and reload a running episode's tools."""
 
 
-def chat_env(env: gym.Env) -> ChatToolEnv:
+def chat_env(env: gym.Env) -> ChatToolEnv[Any]:
     """The hopgym env under ``env``'s wrappers, typed, for callers that read its ``tasks`` or ``sandbox``."""
     inner = env.unwrapped
     if not isinstance(inner, ChatToolEnv):

@@ -14,6 +14,7 @@ import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, load_env_creator
 
 from hopgym import ENV_IDS
+from hopgym.envs.chat import ChatToolEnv
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords
 
@@ -21,12 +22,27 @@ from hopgym.options import check_keywords
 def check_env_options(env_id: str, kwargs: Mapping[str, Any]) -> None:
     """Raise :class:`ConfigError` unless ``env_id`` is one of hopgym's envs and takes every key of
     ``kwargs`` (``hopgym:ToolHop-v0`` names ``ToolHop-v0``)."""
+    name = registered_id(env_id)
+    check_keywords(env_creator(gym.spec(name)), kwargs, f"env {name}")
+
+
+def registered_id(env_id: str) -> str:
+    """``env_id`` without its ``hopgym:`` prefix; :class:`ConfigError` when hopgym registers no such env."""
     name = env_id.removeprefix("hopgym:")
     if name not in ENV_IDS:
         close = difflib.get_close_matches(name, ENV_IDS, n=1)
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         raise ConfigError(f"unknown env {env_id!r}{hint}; valid: {', '.join(ENV_IDS)}")
-    check_keywords(env_creator(gym.spec(name)), kwargs, f"env {name}")
+    return name
+
+
+def env_class(env_id: str) -> type[ChatToolEnv[Any]]:
+    """The class the registry makes for ``env_id``: what callers ask about an env (``issubclass``, its class
+    attributes) instead of comparing env-id strings, so a new env built on one is treated as that one."""
+    creator = env_creator(gym.spec(registered_id(env_id)))
+    if not (isinstance(creator, type) and issubclass(creator, ChatToolEnv)):
+        raise ConfigError(f"env {env_id} is not made by one of hopgym's chat env classes")
+    return creator
 
 
 def env_creator(spec: EnvSpec) -> Callable[..., Any]:

@@ -5,7 +5,7 @@ the graph, and the generated tool functions. The graph may change while it is us
 setting): before each call the runtime compares the graph's version counter with the one it shipped and,
 when they differ, loads the episode again with a fresh snapshot, so the next call sees the new triples.
 ``watch=False`` skips even that check (call :meth:`KGToolRuntime.refresh` after changing the graph).
-A large graph is shipped once per worker by keeping the worker (``KGTool-v0``, envs/kgtool.py).
+A large graph is shipped once per worker by keeping the worker (``KGTool-v0``, envs/kgtool/env.py).
 """
 
 from __future__ import annotations

@@ -11,9 +11,10 @@ from gymnasium.envs.registration import register, registry
 __version__ = "0.1.0"
 
 _ENVS = {
-    "ToolHop-v0": "hopgym.envs.toolhop:ToolHopEnv",
-    "FamilyTool-v0": "hopgym.envs.familytool:FamilyToolEnv",
-    "KGTool-v0": "hopgym.envs.kgtool:KGToolEnv",
+    "ToolHop-v0": "hopgym.envs.toolhop.env:ToolHopEnv",
+    "FamilyTool-v0": "hopgym.envs.familytool.env:FamilyToolEnv",
+    "KGTool-v0": "hopgym.envs.kgtool.env:KGToolEnv",
+    "ToolTasks-v0": "hopgym.envs.tooltasks.env:ToolTasksEnv",
 }
 ENV_IDS = tuple(_ENVS)
 

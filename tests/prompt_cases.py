@@ -59,7 +59,9 @@ def rendered() -> dict[str, Any]:
     from hopgym.agents.policies import codeact, react
     from hopgym.agents.policies.base import describe_tools
     from hopgym.agents.policies.kgetool import path_prompt
-    from hopgym.envs import familytool, kgtool, prompts
+    from hopgym.envs.familytool import env as familytool
+    from hopgym.envs.kgtool import env as kgtool
+    from hopgym.envs.toolhop import prompts
     from hopgym.tasks.kg2tool import export, query_prompt
 
     names = ", ".join(tool["function"]["name"] for tool in TOOLS)

@@ -14,7 +14,7 @@ from hopgym.agents.evaluation.stats import mean_interval
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.envs.feedback import MINIMAL_HINT
-from hopgym.envs.prompts import SYSTEM_PROMPTS
+from hopgym.envs.toolhop.prompts import SYSTEM_PROMPTS
 from hopgym.tasks.toolhop.loader import load_toolhop
 
 TASKS = load_toolhop()

@@ -11,8 +11,8 @@ import pytest
 from gymnasium.utils.env_checker import check_env
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.envs.familytool import SYSTEM_PROMPT, FamilyToolEnv, bare_query
-from hopgym.envs.familytool_metrics import aggregate_metrics
+from hopgym.envs.familytool.env import SYSTEM_PROMPT, FamilyToolEnv, bare_query
+from hopgym.envs.familytool.metrics import aggregate_metrics
 from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool.dataset import EXTRA_INFO_MARKER

@@ -10,7 +10,7 @@ from gymnasium.utils.env_checker import check_env
 
 import hopgym  # noqa: F401  (registers KGTool-v0)
 from hopgym.cli import main
-from hopgym.envs.kgtool import DEFAULT_SANDBOX_OPTIONS, KGToolEnv
+from hopgym.envs.kgtool.env import DEFAULT_SANDBOX_OPTIONS, KGToolEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.fol.queries import PATTERN_NAMES

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.envs.kgtool_scoring import parse_answer_names, score_answer
+from hopgym.envs.kgtool.scoring import parse_answer_names, score_answer
 
 # Two entities share the name "Paris" (the city and the Texas town), as 223 FB15k-237 names are shared.
 NAMES = {"/m/1": "Paris", "/m/2": "Paris", "/m/3": "Lyon", "/m/4": "Nice", "/m/5": "Lille"}

@@ -15,7 +15,7 @@ from gymnasium.utils.env_checker import check_env
 
 import hopgym  # noqa: F401  (registers ToolHop-v0)
 from hopgym.envs.feedback import MINIMAL_HINT
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
 from tests.shared_data import SUBSET, needs_data

@@ -18,7 +18,7 @@ from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.envs.feedback import MINIMAL_HINT
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.errors import ConfigError, DataError, DownloadError
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop import hub, official

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from hopgym.envs.familytool_metrics import (
+from hopgym.envs.familytool.metrics import (
     aggregate_metrics,
     extraction_metrics,
     predicted_calls,

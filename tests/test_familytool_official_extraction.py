@@ -34,7 +34,7 @@ import gymnasium as gym
 import pytest
 
 import hopgym  # noqa: F401 - registers the envs
-from hopgym.envs.familytool_metrics import KG_KEYS, aggregate_metrics
+from hopgym.envs.familytool.metrics import KG_KEYS, aggregate_metrics
 from hopgym.tasks.familytool.extraction import extract
 from tests.shared_data import needs_data
 

@@ -20,7 +20,7 @@ from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedRep
 from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls
 from hopgym.agents.policies.react import _first_json_object, parse_react
 from hopgym.agents.policies.text_calls import _json_values, parse_text_tool_calls, tagged_segments
-from hopgym.envs.kgtool_scoring import _FENCE, parse_answer_names
+from hopgym.envs.kgtool.scoring import _FENCE, parse_answer_names
 from hopgym.model_text import MAX_PARSED_CHARS, valid_unicode
 from hopgym.tasks.familytool import extraction
 from hopgym.tasks.familytool.extraction import parse_search_calls

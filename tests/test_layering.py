@@ -1,7 +1,7 @@
 """Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < train <
 CLI, with hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom;
-inside agents/ and tasks/, subpackages are ordered the same way, and those folders hold only subpackages
-and a few shared modules (docs/contracts.md "Layers")."""
+inside agents/, tasks/ and envs/ (one folder per benchmark), subpackages are ordered the same way, and
+those folders hold only subpackages and a few shared modules (docs/contracts.md "Layers")."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import ast
 from pathlib import Path
 
 import pytest
+import setuptools
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 LAYERS = {
@@ -52,23 +54,40 @@ SUBPACKAGES = {
         "adapters": 4,
     },
     "hopgym.tasks": {"prompts": 0, "kg": 1, "toolhop": 1, "fol": 2, "familytool": 2, "kg2tool": 3},
+    "hopgym.envs": {"toolhop": 1, "familytool": 1, "kgtool": 1},
 }
 """Folder -> its subpackages' ranks. A module imports from its own subpackage, from a shared module, or from a
 lower rank; siblings of one rank never import each other, so no import cycle forms between subpackages."""
 SHARED_MODULES = {
     "hopgym.agents": {},
     "hopgym.tasks": {
-        "task": 0,
         "sampling": 0,
         "tool_schema": 0,
         "tool_source": 0,
         "data_files": 0,
         "downloads": 4,
     },
+    "hopgym.envs": {
+        "chat": 0,
+        "calls": 0,
+        "feedback": 0,
+        "spaces": 0,
+        "validation": 0,
+        "env_checker": 0,
+        "env_options": 0,
+        "kg_tool_runtime": 0,
+    },
 }
 """Folder -> the only modules allowed directly in it (besides ``__init__``), with their ranks: rank 0 is the
 folder's shared bottom (its members may import each other); ``downloads`` fetches every dataset, so it ranks
 above the dataset subpackages."""
+NEW_SUBPACKAGE_RANK = {"hopgym.envs": 2}
+"""Folder -> the rank of a subpackage it holds but SUBPACKAGES does not list: a new env's folder under envs/
+needs no line here, and ranks above the listed benchmarks (it may build on one, as ToolTasks-v0 builds on
+ToolHop-v0, never the reverse)."""
+
+
+ROOT_OF = {package: ROOT / folder for folder, package in FOLDERS.items()}
 
 
 def module_name(path: Path) -> str:
@@ -134,6 +153,8 @@ def sibling_of(module: str) -> tuple[str, str] | None:
 
 def rank_of(folder: str, sibling: str) -> int:
     ranks = SUBPACKAGES[folder] | SHARED_MODULES[folder]
+    if sibling not in ranks and folder in NEW_SUBPACKAGE_RANK and (ROOT_OF[folder] / sibling).is_dir():
+        return NEW_SUBPACKAGE_RANK[folder]
     if sibling not in ranks:
         raise AssertionError(f"{folder}.{sibling} has no rank; give it one in SUBPACKAGES or SHARED_MODULES")
     return ranks[sibling]
@@ -162,6 +183,8 @@ def misplaced(folder: str, entries: dict[str, bool]) -> list[str]:
     problems = []
     for name, is_package in sorted(entries.items()):
         allowed = SUBPACKAGES[folder] if is_package else SHARED_MODULES[folder]
+        if is_package and folder in NEW_SUBPACKAGE_RANK:
+            continue
         if name != "__init__" and name not in allowed:
             kind = "subpackage" if is_package else "module directly"
             problems.append(f"{folder}.{name}: a {kind} in this folder that SUBPACKAGES/SHARED_MODULES lack")
@@ -191,14 +214,18 @@ def test_no_module_imports_a_sibling_subpackage_of_its_rank_or_above():
     assert not problems, "imports against the subpackage order:\n" + "\n".join(problems)
 
 
-def test_agents_and_tasks_hold_only_subpackages_and_shared_modules():
+def test_agents_tasks_and_envs_hold_only_subpackages_and_shared_modules():
     problems = []
     for folder in SUBPACKAGES:
         directory = ROOT / folder.removeprefix("hopgym.")
         entries = {p.stem: False for p in directory.glob("*.py")}
         entries |= {p.name: True for p in directory.iterdir() if (p / "__init__.py").is_file()}
         problems += misplaced(folder, entries)
-        assert set(entries) - {"__init__"} == set(SUBPACKAGES[folder]) | set(SHARED_MODULES[folder]), folder
+        listed = set(SUBPACKAGES[folder]) | set(SHARED_MODULES[folder])
+        if folder in NEW_SUBPACKAGE_RANK:
+            assert listed - set(entries) == set(), folder
+        else:
+            assert set(entries) - {"__init__"} == listed, folder
     assert not problems, "\n".join(problems)
 
 
@@ -209,7 +236,9 @@ def test_agents_and_tasks_hold_only_subpackages_and_shared_modules():
         ("hopgym.agents.report.viewer", "import hopgym.agents.construction.pipeline\n", "(rank 4)"),
         ("hopgym.tasks.familytool.dataset", "from hopgym.tasks.fol import queries\n", "(rank 2)"),
         ("hopgym.tasks.kg.graph", "from hopgym.tasks.downloads import NAMES\n", "(rank 4)"),
-        ("hopgym.tasks.task", "from hopgym.tasks.toolhop.hub import sha256_of\n", "(rank 1)"),
+        ("hopgym.tasks.sampling", "from hopgym.tasks.toolhop.hub import sha256_of\n", "(rank 1)"),
+        ("hopgym.envs.kgtool.env", "from hopgym.envs.toolhop.scoring import get_scorer\n", "(rank 1)"),
+        ("hopgym.envs.chat", "from hopgym.envs.toolhop.env import ToolHopEnv\n", "(rank 1)"),
     ],
 )
 def test_the_check_finds_imports_against_the_subpackage_order(module, source, found):
@@ -221,7 +250,8 @@ def test_the_check_allows_lower_ranks_shared_modules_and_the_own_subpackage():
     source = "from hopgym.tasks.kg.graph import KnowledgeGraph\nfrom hopgym.tasks.data_files import x\n"
     source += "from hopgym.tasks.kg2tool.task_file import KG2ToolTask\nfrom hopgym.envs import chat\n"
     assert sibling_imports("hopgym.tasks.kg2tool.assembly", source) == []
-    assert sibling_imports("hopgym.tasks.tool_source", "from hopgym.tasks.task import Task\n") == []
+    assert sibling_imports("hopgym.tasks.tool_source", "from hopgym.tasks.sampling import x\n") == []
+    assert sibling_imports("hopgym.envs.toolhop.env", "from hopgym.envs.chat import ChatToolEnv\n") == []
 
 
 def test_the_check_finds_a_module_outside_the_subpackages():
@@ -263,18 +293,20 @@ def test_the_check_finds_upward_and_relative_imports(module, source, found):
 def test_the_check_allows_downward_and_same_layer_imports():
     source = "from hopgym.errors import ConfigError\nfrom hopgym.tasks.kg.graph import KG\n"
     source += "import hopgym.envs.chat\n"
-    assert upward_imports("hopgym.envs.toolhop", source) == []
+    assert upward_imports("hopgym.envs.toolhop.env", source) == []
     assert (
         upward_imports("hopgym.commands.eval", "from hopgym.agents.evaluation.runner import EvalRun\n") == []
     )
 
 
-def test_every_package_is_listed_for_the_wheel():
-    """pyproject lists the packages one by one: a subpackage missing there would be left out of the wheel
-    (tools_generated's folders are package data)."""
-    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+def test_every_package_is_found_for_the_wheel():
+    """pyproject's package search (setuptools' ``packages.find``, through the folders' symlinks in hopgym/)
+    finds every package, so a new env folder is in the wheel without a line in pyproject (tools_generated's
+    folders are package data)."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+    find = pyproject["tool"]["setuptools"]["packages"]["find"]
     packages = {module_name(init) for folder in FOLDERS for init in (ROOT / folder).rglob("__init__.py")}
     packages = {p for p in packages if not p.startswith("hopgym.tools_generated.")}
     assert len(packages) > 15
-    missing = sorted(p for p in packages if f'    "{p}",\n' not in pyproject)
-    assert not missing, f"not in pyproject.toml [tool.setuptools] packages: {missing}"
+    found = set(setuptools.find_packages(str(ROOT), include=find["include"]))
+    assert packages <= found, f"not found by pyproject.toml's packages.find: {sorted(packages - found)}"

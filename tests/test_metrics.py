@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.envs.metrics import table4_metrics
+from hopgym.envs.toolhop.metrics import table4_metrics
 
 
 def call(status, *extra):

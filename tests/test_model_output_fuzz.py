@@ -30,7 +30,7 @@ from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls, repl
 from hopgym.agents.policies.react import ReActAgent, parse_react
 from hopgym.agents.policies.text_calls import extract_code, parse_text_tool_calls
 from hopgym.cli import main
-from hopgym.envs.kgtool_scoring import parse_answer_names
+from hopgym.envs.kgtool.scoring import parse_answer_names
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.familytool.extraction import parse_search_calls
 from tests.shared_data import SUBSET, needs_data

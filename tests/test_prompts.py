@@ -3,6 +3,7 @@ depend on their bytes (tests/prompt_cases.py lists the inputs; the fixture preda
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import re
 import sys
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import TypedDict
 
 import pytest
+import tomllib
 
 from hopgym.errors import PromptError
 from hopgym.prompts import load_prompts
@@ -94,15 +96,23 @@ def test_a_missing_file_raises_a_prompt_error(package_root):
 
 
 def test_every_prompt_file_is_package_data_that_some_module_loads():
-    """A wheel ships each layer's prompts/*.yaml (pyproject packages and package-data), and no file is
-    left that no code reads."""
+    """A wheel ships each layer's prompts (agents/ and tasks/ ``prompts/*.yaml``, each env folder's
+    ``envs/<benchmark>/prompts.yaml``) as package data, and no file is left that no code reads."""
     root = Path(__file__).resolve().parent.parent
-    pyproject = (root / "pyproject.toml").read_text(encoding="utf-8")
-    files = sorted(root.glob("*/prompts/*.yaml"))
-    assert {path.parent.parent.name for path in files} == {"envs", "agents", "tasks"}
+    package_data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    package_data = package_data["package-data"]
+    files = sorted([*root.glob("*/prompts/*.yaml"), *root.glob("envs/*/prompts.yaml")])
+    assert {path.relative_to(root).parts[0] for path in files} == {"envs", "agents", "tasks"}
     modules = [path for layer in ("envs", "agents", "tasks") for path in (root / layer).rglob("*.py")]
     sources = "\n".join(path.read_text(encoding="utf-8") for path in modules)
     for path in files:
-        package = f"hopgym.{path.parent.parent.name}.prompts"
-        assert f'    "{package}",\n' in pyproject and f'"{package}" = ["*.yaml"]\n' in pyproject
+        relative = path.relative_to(root)
+        shipped = [
+            package
+            for package, patterns in package_data.items()
+            for depth in range(1, len(relative.parts))
+            if package == ".".join(("hopgym", *relative.parts[:depth]))
+            and any(fnmatch.fnmatch("/".join(relative.parts[depth:]), pattern) for pattern in patterns)
+        ]
+        assert shipped, f"{relative} is no package data in pyproject.toml"
         assert f'"{path.name}"' in sources, f"{path} is loaded by no module"

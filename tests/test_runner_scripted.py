@@ -23,7 +23,7 @@ from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
 from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
-from hopgym.envs.metrics import table4_metrics
+from hopgym.envs.toolhop.metrics import table4_metrics
 from hopgym.errors import ConfigError
 from hopgym.tasks.toolhop.loader import load_toolhop
 from tests.shared_data import SUBSET

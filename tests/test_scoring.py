@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from hopgym.envs.scoring import (
+from hopgym.envs.toolhop.scoring import (
     get_scorer,
     normalize_tokens,
     normalized_answer_correct,

@@ -23,8 +23,8 @@ from typing import Any
 
 import pytest
 
-from hopgym.envs.metrics import table4_metrics
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
+from hopgym.envs.toolhop.metrics import table4_metrics
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop.loader import read_rows, task_from_row
 from tests.shared_data import DATA, SUBSET, needs_data

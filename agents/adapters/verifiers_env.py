@@ -26,7 +26,7 @@ from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.envs.chat import chat_env
-from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types
+from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
 EPISODE = "hopgym"

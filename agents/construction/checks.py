@@ -18,15 +18,15 @@ from typing import Any
 from jsonschema import Draft202012Validator, SchemaError
 
 from hopgym.envs.feedback import is_error_value, render_value
-from hopgym.envs.scoring import normalized_match
+from hopgym.envs.toolhop.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.model_text import SPACE as S
 from hopgym.model_text import linear, outermost_braces, parsed_text, valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
-from hopgym.tasks.task import GoldCall
 from hopgym.tasks.tool_source import read_tool_source
 from hopgym.tasks.toolhop.gold_calls import parse_gold_call
+from hopgym.tasks.toolhop.task import GoldCall
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
 # RE2 (linear time): Python's re took quadratic time on a fence and a long run of spaces (20 KB: ~9 s).

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopgym.agents.evaluation.records import episode_key
-from hopgym.envs.metrics import INVOCATION_ERROR_TYPES
+from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError
 
 ERROR_SETS = ("invocation", "failed")

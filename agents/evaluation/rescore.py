@@ -2,7 +2,7 @@
 
 Each ended episode's saved messages are scored with another scorer and/or the answer rule of another
 protocol (the official rule may read the tool message before the answer; hopgym's reads the answer
-alone), exactly as the env scores a live episode (:func:`hopgym.envs.scoring.episode_correct`). The
+alone), exactly as the env scores a live episode (:func:`hopgym.envs.toolhop.scoring.episode_correct`). The
 trajectory itself is what was run: rescoring under another protocol changes the verdict rule, not the
 prompts the model saw. The result is a new run folder that ``hopgym report`` reads like any other.
 """
@@ -17,21 +17,22 @@ from hopgym.agents.evaluation.provenance import now
 from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
-from hopgym.envs.scoring import episode_correct, get_scorer
-from hopgym.envs.toolhop import PROTOCOLS
+from hopgym.envs.env_options import env_class
+from hopgym.envs.toolhop.env import ToolHopEnv
+from hopgym.envs.toolhop.protocols import get_protocol
+from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.errors import ConfigError, DataError
-from hopgym.options import check_choice
-
-RESCORABLE_ENVS = ("ToolHop-v0",)
 
 
 def _run_identity(folder: Path) -> dict[str, Any]:
     identity = read_json(folder / RUN_FILE)
     if not exists(folder / EPISODES_FILE) or identity is None:
         raise DataError(f"{folder} is not a run folder: it needs {EPISODES_FILE} and {RUN_FILE}")
-    if identity.get("env") not in RESCORABLE_ENVS:
+    # ToolHop's scorers judge the saved messages: the run's env is ToolHop-v0 or an env built on it.
+    if not issubclass(env_class(str(identity.get("env"))), ToolHopEnv):
         raise ConfigError(
-            f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of {list(RESCORABLE_ENVS)}"
+            f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of ToolHop-v0 and the envs "
+            "built on it"
         )
     return identity
 
@@ -42,7 +43,7 @@ def rescored_record(record: Mapping[str, Any], scorer: str, protocol: str) -> di
     if record.get("terminated") and record.get("gold_answer") is not None:
         correct = episode_correct(
             get_scorer(scorer),
-            protocol == "official",
+            get_protocol(protocol).answer_reads_tool_message,
             str(record["gold_answer"]),
             record.get("messages") or [],
         )
@@ -60,7 +61,7 @@ def rescore_run(
     scorer = scorer or env_kwargs.get("scorer") or "official"
     get_scorer(scorer)  # an unknown name fails here, naming the valid ones
     protocol = protocol or env_kwargs.get("protocol") or "official"
-    check_choice("protocol", protocol, PROTOCOLS)
+    get_protocol(protocol)  # an unknown name fails here, naming the valid ones
     if out.exists():
         raise ConfigError(f"{out} already exists; rescore writes a new run folder, pick another --out")
     records = [rescored_record(r, scorer, protocol) for r in read_episodes(folder / EPISODES_FILE)]

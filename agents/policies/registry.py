@@ -12,6 +12,8 @@ from hopgym.agents.policies.direct import DirectAgent
 from hopgym.agents.policies.fc import FunctionCallingAgent
 from hopgym.agents.policies.kgetool.agent import KGEToolAgent
 from hopgym.agents.policies.react import ReActAgent
+from hopgym.envs.env_options import env_class
+from hopgym.envs.familytool.env import FamilyToolEnv
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords
 
@@ -23,7 +25,7 @@ AGENTS: dict[str, type[Agent]] = {
 def check_agent_for_env(name: str, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
     """Refuse an agent and env that disagree on who writes FamilyTool's KG extraction turn, before any
     run (each episode would fail, or score 100% format errors)."""
-    extracting = env_id == "FamilyTool-v0" and env_kwargs.get("kg") == "extract"
+    extracting = issubclass(env_class(env_id), FamilyToolEnv) and env_kwargs.get("kg") == "extract"
     if AGENTS[name].writes_kg_extraction and not extracting:
         raise ConfigError(
             f"--agent {name} writes a KG extraction turn first: run it on FamilyTool-v0 with "

@@ -13,7 +13,7 @@ import gymnasium as gym
 
 from hopgym.envs.chat import chat_env
 from hopgym.messages import tool_call
-from hopgym.tasks.task import Task
+from hopgym.tasks.toolhop.task import Task
 
 
 def placeholder(schema: dict[str, Any], text: str) -> Any:

@@ -13,9 +13,11 @@ from typing import Any
 from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
 from hopgym.agents.evaluation.run_folder import read_json
 from hopgym.agents.evaluation.runner import RUN_FILE
-from hopgym.envs.familytool_metrics import aggregate_metrics
+from hopgym.envs.env_options import env_class
+from hopgym.envs.familytool.env import FamilyToolEnv
+from hopgym.envs.familytool.metrics import aggregate_metrics
+from hopgym.errors import ConfigError
 
-FAMILYTOOL_ENV = "FamilyTool-v0"
 PATH_EXTRACTION_LABELS = {"greedy": "GS", "retrieval": "RR", "exact": "Exact"}
 EXTRACTION_COLUMNS = (
     ("EM", "kg_em"),
@@ -53,7 +55,10 @@ def familytool_tables_for_run(out: Path) -> str | None:
     run = read_json(Path(out) / RUN_FILE)
     if run is None:
         return None
-    if run.get("env") not in (FAMILYTOOL_ENV, f"hopgym:{FAMILYTOOL_ENV}"):
+    try:
+        if not issubclass(env_class(str(run.get("env"))), FamilyToolEnv):
+            return None
+    except ConfigError:  # a run of an env hopgym no longer registers
         return None
     return familytool_tables(read_episodes(Path(out) / EPISODES_FILE), run)
 

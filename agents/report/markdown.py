@@ -24,7 +24,7 @@ from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
 from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.env_options import env_creator
-from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 from hopgym.errors import ConfigError, DataError
 
 REPORT_FILE = "report.md"

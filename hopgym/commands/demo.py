@@ -15,7 +15,7 @@ from rich.table import Table
 
 from hopgym.agents.policies.scripted import run_episode
 from hopgym.envs.chat import chat_env
-from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, table4_metrics
 
 
 def _percent(value: float | None) -> str:

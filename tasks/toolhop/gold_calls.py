@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from hopgym.errors import DataError
-from hopgym.tasks.task import GoldCall
+from hopgym.tasks.toolhop.task import GoldCall
 
 
 def parse_gold_call(call: str, signatures: Mapping[str, Sequence[str]]) -> GoldCall:

@@ -11,11 +11,11 @@ from typing import Any
 
 from hopgym.errors import DataError
 from hopgym.messages import ToolSchema, tool_schema
-from hopgym.tasks.task import Task
 from hopgym.tasks.tool_schema import check_tool_schema
 from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop.gold_calls import parse_gold_call
 from hopgym.tasks.toolhop.hub import resolve_toolhop_path
+from hopgym.tasks.toolhop.task import Task
 
 _REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
 _TASK_FIELDS = frozenset({*_REQUIRED_FIELDS, "id", "domain", "hop_count", "gold_calls"})

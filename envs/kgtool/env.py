@@ -2,7 +2,7 @@
 
 Each episode is one task (a sampled FOL query): the agent gets the query and the tools its solution needs
 plus ``n_distractors`` others, calls them (each call runs in the sandbox against the KG), and answers with
-entity names. Scoring is exact set match (see envs/kgtool_scoring.py); ``info`` adds precision, recall,
+entity names. Scoring is exact set match (see envs/kgtool/scoring.py); ``info`` adds precision, recall,
 F1 and hits@1.
 
 The generated KG tools are our own deterministic code, pure functions of their JSON arguments, so unlike
@@ -20,11 +20,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.envs.chat import ChatToolEnv, Score, select_task
+from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score
 from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
-from hopgym.envs.kgtool_scoring import score_answer
-from hopgym.envs.prompts import KGTOOL
+from hopgym.envs.kgtool.prompts import KGTOOL
+from hopgym.envs.kgtool.scoring import score_answer
 from hopgym.errors import ConfigError, SandboxError
 from hopgym.options import check_choice
 from hopgym.sandbox.base import Sandbox
@@ -50,7 +50,7 @@ def _system_prompt(kg_name: str) -> str:
     return KGTOOL["system"].format(id_hint=hint if kg_name == "fb15k-237" else "")
 
 
-class KGToolEnv(ChatToolEnv):
+class KGToolEnv(ChatToolEnv[KG2ToolTask]):
     """One KG2Tool task per episode; see docs/contracts.md "KG2Tool tasks" and "Environments".
 
     Tasks come from ``data_path`` (a ``hopgym kg2tool sample`` JSONL file) or, without one, are sampled:
@@ -58,6 +58,8 @@ class KGToolEnv(ChatToolEnv):
     ``$HOPGYM_DATA``). ``sandbox`` is a backend name (options via ``sandbox_options``) or a ready
     :class:`~hopgym.sandbox.base.Sandbox`, used but not closed.
     """
+
+    contract_cases = ({"kg": "family-e", "patterns": "1p,2i", "n": 1, "seed": 0},)
 
     def __init__(
         self,
@@ -82,10 +84,9 @@ class KGToolEnv(ChatToolEnv):
         self._seed = seed
         self._source_args = (kg, None if kg_path is None else str(kg_path))  # hashable: the source is cached
         self.source = load_kg_source(*self._source_args)
-        self.tasks: list[KG2ToolTask] = self._tasks(kg, data_path, patterns, n, seed)
-        self.data_files = (Path(data_path).resolve(),) if data_path is not None else ()
-        """The files the tasks come from (a run records their sha256); none when sampled here."""
-        self._index_of = {task.id: i for i, task in enumerate(self.tasks)}
+        # The data file, if any, is recorded by a run (its sha256); sampled tasks have none.
+        files = [Path(data_path).resolve()] if data_path is not None else []
+        self._use_tasks(self._tasks(kg, data_path, patterns, n, seed), files)
         self._tool_schemas = {tool.name: tool.openai_schema() for tool in self.source.tools}
         unknown = sorted({name for task in self.tasks for name in task.tool_names} - set(self._tool_schemas))
         if unknown:
@@ -93,7 +94,6 @@ class KGToolEnv(ChatToolEnv):
         if isinstance(sandbox, str):
             sandbox_options = {**DEFAULT_SANDBOX_OPTIONS, **dict(sandbox_options or {})}
         self._use_sandbox(sandbox, sandbox_options)
-        self._task: KG2ToolTask | None = None
 
     def _tasks(
         self, kg: str, data_path: Any, patterns: str | Sequence[str], n: int, seed: int
@@ -114,15 +114,10 @@ class KGToolEnv(ChatToolEnv):
 
     # -- episode -----------------------------------------------------------------------------------
 
-    def reset(
-        self, *, seed: int | None = None, options: dict[str, Any] | None = None
-    ) -> tuple[dict[str, Any], dict[str, Any]]:
-        self._begin_reset(seed)
-        task = select_task(self.tasks, self._index_of, options, self.np_random)
+    def _episode_start(self, task: KG2ToolTask) -> EpisodeStart:
         self._ensure_loaded()
-        self._task = task
         offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
-        return self._start_episode(
+        return EpisodeStart(
             [self._tool_schemas[name] for name in offered],
             [
                 {"role": "system", "content": _system_prompt(self.source.name)},
@@ -153,7 +148,7 @@ class KGToolEnv(ChatToolEnv):
             raise SandboxError(f"the sandbox did not keep the {self.source.name} tools loaded: {probe.error}")
 
     def _score(self, message: Mapping[str, Any]) -> Score:
-        """Exact set match of the answered names (envs/kgtool_scoring.py); precision, recall, F1 and
+        """Exact set match of the answered names (envs/kgtool/scoring.py); precision, recall, F1 and
         hits@1 are both terminal ``info`` keys and ``metrics``."""
         assert self._task is not None
         score = score_answer(message["content"], self._task.answers, self.source.label, self.source.resolve)

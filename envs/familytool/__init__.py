@@ -1,0 +1,1 @@
+"""FamilyTool-v0: its env and the paper's metrics."""

@@ -1,0 +1,1 @@
+"""KGTool-v0: its env and its answer scoring."""
