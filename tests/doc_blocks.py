@@ -2,7 +2,8 @@
 
 Every fenced ``bash`` or ``python`` block carries a marker on the line before it:
 ``<!-- doc-test: NAME -->`` (a test reads the block with ``doc_block(NAME)`` and runs it as written),
-``<!-- doc-test: ci -->`` (``.ci/run`` runs its commands) or ``<!-- doc-test: not here: REASON -->``.
+``<!-- doc-test: ci -->`` (``.ci/run`` runs its commands), ``<!-- doc-test: excerpt of PATH -->`` (its lines
+are in that file) or ``<!-- doc-test: not here: REASON -->``.
 ``tests/test_docs.py`` holds every block to one of these."""
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ _BLOCK = re.compile(
     r"^(?:<!-- doc-test: (?P<marker>.+?) -->\n)?```(?P<lang>\w*)\n(?P<text>.*?)^```$", re.M | re.S
 )
 NOT_HERE = "not here: "
+EXCERPT = "excerpt of "
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.doc_blocks import DOCUMENTS, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
+from tests.doc_blocks import DOCUMENTS, EXCERPT, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
 from tests.shared_data import needs_data
+from tests.test_serve_scripted import served, viewed_episodes
 
 COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -31,6 +32,11 @@ def test_every_command_block_says_how_it_is_tested() -> None:
     for block in blocks:
         marker = block.marker
         assert marker is not None, f"{block.where}: a {block.lang} block without a doc-test marker"
+        if marker.startswith(EXCERPT):
+            source = {line.strip() for line in (ROOT / marker.removeprefix(EXCERPT)).read_text().splitlines()}
+            missing = [line for line in block.text.splitlines() if line.strip() not in source]
+            assert not missing, f"{block.where}: not in {marker.removeprefix(EXCERPT)}: {missing}"
+            continue
         if marker == "ci" or marker.startswith(NOT_HERE):
             assert marker == "ci" or len(marker) > len(NOT_HERE) + 10, f"{block.where}: say why not here"
             continue
@@ -76,6 +82,11 @@ def hopgym(command: list[str]) -> list[str]:
     return [sys.executable, "-m", "hopgym.cli", *command[1:]]
 
 
+def run_hopgym(command: list[str], cwd: Path) -> None:
+    done = subprocess.run(hopgym(command), cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT)
+    assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+
+
 @needs_data("toolhop/toolhop_subset100.jsonl")
 def test_the_use_example_steps_a_toolhop_episode(tmp_path: Path) -> None:
     printed = run_python(doc_block("use-toolhop"), tmp_path)
@@ -91,8 +102,7 @@ def test_the_familytool_example_changes_the_live_kg(tmp_path: Path) -> None:
 @needs_data("fb15k-237/train2id.txt")
 def test_the_kg2tool_commands_sample_and_export_fb15k237_tasks(tmp_path: Path) -> None:
     for command in doc_block("kg2tool").commands():
-        done = subprocess.run(hopgym(command), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT)
-        assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+        run_hopgym(command, tmp_path)
     tasks = (tmp_path / "tasks.jsonl").read_text().splitlines()
     assert 14 <= len(tasks) <= 14 * 20
     assert (tmp_path / "kg2tool_sharegpt.json").read_text().startswith("[")
@@ -142,3 +152,22 @@ def test_vf_eval_runs_the_environment_module_as_the_docs_show(tmp_path: Path) ->
     (results,) = tmp_path.glob("outputs/evals/*/*/results.jsonl")
     rows = [json.loads(line) for line in results.read_text().splitlines()]
     assert len(rows) == 2 and all(row["reward"] in (0.0, 1.0) for row in rows)
+
+
+@pytest.mark.xdist_group("doc-port-8768")
+@needs_data("toolhop/official/evaluation_closed.py")
+def test_the_tooltasks_commands_run_on_a_file_of_rows(tmp_path: Path) -> None:
+    serve, *commands = doc_block("tooltasks-eval").commands()
+    rows = json.loads((ROOT / "envs" / "tooltasks" / "example.json").read_text())
+    (tmp_path / "my_tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with served(*serve[3:-1]):
+        for command in commands:
+            if command[1] == "view":  # serves until stopped: its page lists the run
+                assert viewed_episodes(command, cwd=tmp_path) == len(rows)
+                continue
+            done = subprocess.run(
+                hopgym(command), cwd=tmp_path, capture_output=True, text=True, timeout=TIMEOUT
+            )
+            assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
+    for run in ("runs/mine", "runs/mine-normalized"):
+        assert json.loads((tmp_path / run / "summary.json").read_text())["episodes"] == len(rows)
