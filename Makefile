@@ -44,6 +44,8 @@ test: $(VENV)/.installed
 	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
 	exit $$(( tests || types ))
 
+# mypy follows openai's own types (pyproject.toml), as a check of hopgym installed by pip does; the other
+# large libraries stay skipped.
 typecheck: $(VENV)/.installed
 	$(VENV)/bin/mypy -p hopgym
 

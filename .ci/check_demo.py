@@ -14,23 +14,23 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeRecord, read_episodes
 
 
-def problems(records: list[dict], strict: bool) -> list[str]:
+def problems(records: list[EpisodeRecord], strict: bool) -> list[str]:
     """What is wrong with the run's episode records (empty when the run passes)."""
     if not records:
         return ["the run holds no episode"]
-    errored = [r for r in records if r.get("error")]
+    errored = [r for r in records if r.error]
     if len(errored) == len(records):
-        return [f"every episode errored, e.g. {errored[0]['task_id']}: {errored[0]['error']}"]
+        return [f"every episode errored, e.g. {errored[0].task_id}: {errored[0].error}"]
     if not strict:
         return []
-    found = [f"episode {r['task_id']} errored: {r['error']}" for r in errored]
+    found = [f"episode {r.task_id} errored: {r.error}" for r in errored]
     found += [
-        f"episode {r['task_id']} made no ok tool call (calls: {[c['status'] for c in r.get('calls') or ()]})"
+        f"episode {r.task_id} made no ok tool call (calls: {[c['status'] for c in r.calls]})"
         for r in records
-        if not any(call["status"] == "ok" for call in r.get("calls") or ())
+        if not any(call["status"] == "ok" for call in r.calls)
     ]
     return found
 
@@ -42,7 +42,7 @@ def main() -> int:
     args = parser.parse_args()
     path = args.run / EPISODES_FILE
     records = read_episodes(path) if path.exists() else []
-    statuses = Counter(call["status"] for record in records for call in record.get("calls") or ())
+    statuses = Counter(call["status"] for record in records for call in record.calls)
     print(f"tool calls run in the sandbox, by status: {dict(statuses) or 'none'}")
     print(f"trajectories: {path} (one JSON line per episode: messages, calls, reward, error)")
     found = problems(records, args.strict)

@@ -1,7 +1,7 @@
 """What pausing the worker between calls costs a warm call: two sandboxes built alike whose workers are
 stopped between calls (the default) or not, timed in alternating blocks in one process.
 
-The pause is the SIGSTOP after each reply and the SIGCONT after each request (``process.PausingConnection``):
+The pause is the SIGSTOP after each reply and the SIGCONT after each request (``launcher.PausingConnection``):
 it is what keeps threads left by tool code from burning CPU between calls, and it costs one more wake-up
 of the worker per call (the SIGSTOP reaches a worker asleep in its read).
 
@@ -17,10 +17,10 @@ from _timing import report, warm_call_latencies
 
 from hopgym.sandbox.cgroups import resolve_cgroups
 from hopgym.sandbox.isolation import resolve_isolation
+from hopgym.sandbox.launcher import ProcessLauncher
 from hopgym.sandbox.limits import SandboxLimits, cgroup_memory_bytes
 from hopgym.sandbox.pool import Launcher, WorkerHandle
 from hopgym.sandbox.pooled import PooledSandbox
-from hopgym.sandbox.process import ProcessLauncher
 
 
 class UnpausedLauncher(Launcher):

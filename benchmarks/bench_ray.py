@@ -56,12 +56,12 @@ def measure(api_base: str, episodes: int, concurrency: int, executor: str, addre
         records = read_episodes(config.out / "episodes.jsonl")
     first, last = watch.first - started, watch.last - started
     wall = (last - first) / (len(records) - 1)  # per episode, between the first record and the last
-    episode_ms = statistics.fmean(record["latency_ms"] for record in records[1:])  # those after the first
+    episode_ms = statistics.fmean(record.latency_ms for record in records[1:])  # those after the first
     figures = {
         "executor": executor,
         "episodes": len(records),
-        "errors": sum(record["error"] is not None for record in records),
-        "nodes": len({record.get("node") for record in records}),
+        "errors": sum(record.error is not None for record in records),
+        "nodes": len({record.node for record in records}),
         "concurrency_per_node": concurrency,
         "start_s": round(first, 2),
         "total_s": round(last, 2),

@@ -38,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.evaluation.records import read_episodes
+from hopgym.agents.evaluation.records import EpisodeRecord, read_episodes
 from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
@@ -75,10 +75,10 @@ def _serve(mean: float, jitter: float, address: Any, stop: Any) -> None:
         stop.wait()
 
 
-def model_delays(record: dict[str, Any], mean: float, jitter: float) -> float:
+def model_delays(record: EpisodeRecord, mean: float, jitter: float) -> float:
     """The seconds the scripted server slept over one recorded episode."""
-    question = next(message["content"] for message in record["messages"] if message["role"] == "user")
-    return sum(turn_delay(question, turn, mean, jitter) for turn in range(record["turns"]))
+    question = next(message["content"] for message in record.messages if message["role"] == "user")
+    return sum(turn_delay(question, turn, mean, jitter) for turn in range(record.turns))
 
 
 def scripted_eval_config(
@@ -115,10 +115,10 @@ def measure(
     finally:
         stop.set()
         server.join(timeout=10)
-    turns = sum(record["turns"] for record in records)
+    turns = sum(record.turns for record in records)
     result = {
         "episodes": len(records),
-        "errors": sum(record["error"] is not None for record in records),
+        "errors": sum(record.error is not None for record in records),
         "concurrency": concurrency,
         "model_delay_s": delay,
         "model_delay_jitter": jitter,
@@ -126,21 +126,21 @@ def measure(
         "turns_per_s": round(turns / wall, 1),
         "all": overhead(records, delay, jitter),
     }
-    later = [record for record in records if record["index"] >= concurrency]
+    later = [record for record in records if record.index >= concurrency]
     if later:
         result["steady"] = overhead(later, delay, jitter)
     return result
 
 
-def overhead(records: list[dict[str, Any]], delay: float, jitter: float) -> dict[str, Any]:
+def overhead(records: list[EpisodeRecord], delay: float, jitter: float) -> dict[str, Any]:
     """Per-turn overhead of these episodes: wall time minus the model's delays, and its two shares."""
     total, client, env_runner = [], [], []
     for record in records:
         slept_ms = 1000 * model_delays(record, delay, jitter)
-        model_ms, turns = record["agent"]["model_latency_ms"], record["turns"]
-        total.append((record["latency_ms"] - slept_ms) / turns)
+        model_ms, turns = record.agent_count("model_latency_ms"), record.turns
+        total.append((record.latency_ms - slept_ms) / turns)
         client.append((model_ms - slept_ms) / turns)
-        env_runner.append((record["latency_ms"] - model_ms) / turns)
+        env_runner.append((record.latency_ms - model_ms) / turns)
     figures = {
         "episodes": len(records),
         "overhead_per_turn_median_ms": round(statistics.median(total), 1),
@@ -184,12 +184,12 @@ def measure_local(episodes: int, concurrency: int) -> dict[str, Any]:
         records = read_episodes(config.out / "episodes.jsonl")
         log = server.log_path.read_text(errors="replace")
     evaluated = prompt_tokens_evaluated(log)[1:]  # the first request is the server's self-check
-    requests = sum(record["agent"]["requests"] for record in records)
-    sent = sum(record["agent"]["prompt_tokens"] for record in records)
+    requests = sum(record.agent_count("requests") for record in records)
+    sent = sum(record.agent_count("prompt_tokens") for record in records)
     return {
         "episodes": len(records),
         "concurrency": concurrency,
-        "errors": sum(record["error"] is not None for record in records),
+        "errors": sum(record.error is not None for record in records),
         "turns": requests,
         "wall_s": round(wall, 1),
         "turns_per_minute": round(60 * requests / wall, 2),

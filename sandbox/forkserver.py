@@ -27,16 +27,17 @@ from hopgym.errors import SandboxError
 from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
 from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, worker_command
-from hopgym.sandbox.limits import SandboxLimits
-from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
-from hopgym.sandbox.process import (
+from hopgym.sandbox.launcher import (
     PausingConnection,
     Reaper,
     exited,
     namespace_pid_chain,
     worker_pid,
 )
-from hopgym.sandbox.protocol import PROTOCOL_VERSION, PipeWriter, ready, reply_cap
+from hopgym.sandbox.limits import SandboxLimits
+from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
+from hopgym.sandbox.protocol import PipeWriter, ready, reply_cap
+from hopgym.sandbox.worker import PROTOCOL_VERSION
 
 _CONTROL_MESSAGE_BYTES = 4096
 _IDLE_EXIT_SECONDS = 0.02
@@ -235,7 +236,7 @@ class _ForkedWorker:
         self.connection.pause_pid, self.connection.pause_pidfd = worker, self._pidfd
 
     def kill(self) -> None:
-        """SIGKILL the worker now, at idle priority; the reaper finishes the rest (see ``process.Reaper``).
+        """SIGKILL the worker now, at idle priority; the reaper finishes the rest (see ``launcher.Reaper``).
 
         Idle priority: woken by the SIGKILL, a worker that slept while stopped would otherwise preempt
         the host on its core to exit (tearing down its namespaces and memory) while the next episode

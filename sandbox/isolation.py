@@ -24,13 +24,12 @@ from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
 from hopgym.sandbox.limits import SandboxLimits
+from hopgym.sandbox.worker import DEVICES, LIBSECCOMP
 
 ISOLATION_LEVELS = ("auto", "bwrap", "namespaces", "none")
 UNPRIVILEGED_UID = 65534
 """``nobody``: the uid tool code runs as."""
 WORKER_SCRIPT = Path(__file__).resolve().with_name("worker.py")
-LIBSECCOMP = "libseccomp.so.2"
-"""Loaded by the worker through ctypes; must match ``worker.LIBSECCOMP``."""
 WORKER_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 """The whole environment a worker sees: nothing of the host's (secrets live there)."""
 
@@ -219,7 +218,6 @@ SYSTEM_DIRECTORIES = ("/usr", "/lib", "/lib64", "/lib32", "/libx32")
 """The C library, the dynamic loader and the shared libraries the interpreter and ctypes load."""
 SYSTEM_FILES = ("/etc/ld.so.cache", "/etc/localtime")
 """The loader's cache (libseccomp is found through it) and the local time zone."""
-DEVICES = ("null", "zero", "full", "random", "urandom")
 """The device nodes of the worker's /dev (the namespaces mode binds them; bubblewrap makes the same)."""
 
 

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
-from hopgym.sandbox.protocol import PROTOCOL_VERSION, WorkerConnection
+from hopgym.sandbox.protocol import WorkerConnection
+from hopgym.sandbox.worker import PROTOCOL_VERSION
 
 
 @dataclass

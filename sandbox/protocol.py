@@ -37,12 +37,8 @@ import time
 from typing import IO, Any, Protocol
 
 from hopgym.errors import WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
+from hopgym.sandbox.worker import ERROR_TEXT_CAP
 
-PROTOCOL_VERSION = 2
-"""Bumped whenever a message changes shape; the worker reports its own in the ready message."""
-
-ERROR_TEXT_CAP = 2000
-"""Characters of an error text the worker sends (``worker.describe_error``)."""
 _ESCAPED_CHAR_BYTES = 12
 """The most bytes one character takes in the worker's ASCII-only JSON (an astral character: two escapes)."""
 _FRAMING_BYTES = 64 * 1024
@@ -132,7 +128,7 @@ class WorkerConnection:
 
     def _input_ready(self) -> None:
         """Called once the worker has input to read (and before waiting for it to read more); a subclass
-        that holds the worker between requests lets it go on here (see ``process.PausingConnection``)."""
+        that holds the worker between requests lets it go on here (see ``launcher.PausingConnection``)."""
 
     def _write_some(self, data: bytes | memoryview) -> int:
         try:

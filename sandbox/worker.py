@@ -29,9 +29,14 @@ import types
 from binascii import a2b_base64, b2a_base64
 from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
 
+# The host reads these from this file (it never defines its own): the worker imports no hopgym.
 PROTOCOL_VERSION = 2
-
+"""Bumped whenever a message changes shape; the worker reports its own in the ready message."""
+ERROR_TEXT_CAP = 2000
+"""Characters of an error text the worker sends (:func:`describe_error`)."""
 LIBSECCOMP = "libseccomp.so.2"
+DEVICES = ("null", "zero", "full", "random", "urandom")
+"""The device nodes of the worker's own ``/dev``."""
 CLONE_THREAD = 0x00010000
 _SCMP_ACT_ALLOW, _SCMP_ACT_ERRNO, _SCMP_CMP_EQ, _SCMP_CMP_MASKED_EQ = 0x7FFF0000, 0x00050000, 4, 7
 DENIED_SYSCALLS = (
@@ -57,7 +62,6 @@ _unmarshal = marshal.loads
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
 _MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
 _NEW_ROOT = "/tmp"  # where the namespaces mode builds the worker's root, in its own mount namespace
-_DEVICES = ("null", "zero", "full", "random", "urandom")  # must match isolation.DEVICES
 _NAMESPACE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000  # mnt uts ipc net pid
 _PR_SET_PDEATHSIG = 1
 _CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
@@ -130,7 +134,7 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
     mount("proc", place("/proc", directory=True), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
     dev = place("/dev", directory=True)
     mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
-    for name in _DEVICES:
+    for name in DEVICES:
         bind(f"/dev/{name}", place(f"/dev/{name}", directory=False), _MS_NOSUID | _MS_NOEXEC)
     os.symlink("/proc/self/fd", f"{dev}/fd")
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
@@ -656,7 +660,7 @@ _encode_with_repr = json.JSONEncoder(default=_safe_repr).encode
 """``json.dumps(value, default=_safe_repr)`` without building a new encoder for every result."""
 
 
-def describe_error(exc: BaseException, limit: int = 2000) -> str:
+def describe_error(exc: BaseException, limit: int = ERROR_TEXT_CAP) -> str:
     return f"{type(exc).__name__}: {_safe_repr_message(exc)}"[:limit]
 
 

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 
 from hopgym.agents.evaluation.feedback_flips import feedback_flips, has_erroneous_call
+from hopgym.agents.evaluation.records import EpisodeRecord
 from hopgym.errors import ConfigError
 
 
-def episode(task_id: str, correct: bool, *statuses: str, error: str | None = None) -> dict[str, Any]:
+def episode(task_id: str, correct: bool, *statuses: str, error: str | None = None) -> EpisodeRecord:
     calls = [{"status": status, "errors": [] if status == "ok" else [status]} for status in statuses]
-    return {"task_id": task_id, "correct": correct, "calls": calls, "error": error}
+    return EpisodeRecord(task_id=task_id, correct=correct, calls=calls, error=error)
 
 
 # (detailed, minimal) per task
@@ -68,6 +67,6 @@ def test_no_qualifying_query_gives_none_not_a_division_by_zero() -> None:
 
 def test_an_error_type_listed_beside_another_status_counts() -> None:
     call = {"status": "invalid_arguments", "errors": ["invalid_arguments", "parameter_missing"]}
-    assert has_erroneous_call({"calls": [call]}, "invocation")
+    assert has_erroneous_call(EpisodeRecord(task_id="t", calls=[call]), "invocation")
     with pytest.raises(ConfigError, match="unknown error set"):
-        has_erroneous_call({"calls": [call]}, "all")
+        has_erroneous_call(EpisodeRecord(task_id="t", calls=[call]), "all")

@@ -33,13 +33,13 @@ def test_ablations_and_report_run_end_to_end_with_the_local_model(tmp_path: Path
     arms = []
     for arm in ABLATIONS["scenarios"].arms:
         records = read_episodes(out / arm / "episodes.jsonl")
-        assert len(records) == 1 and records[0]["error"] is None, records[0]["error"]
-        assert records[0]["terminated"] or records[0]["truncated"]
-        assert records[0]["agent"]["model_turns"] >= 1
+        assert len(records) == 1 and records[0].error is None, records[0].error
+        assert records[0].terminated or records[0].truncated
+        assert records[0].agent_count("model_turns") >= 1
         arms.append(out / arm)
     table = (out / "ablation.md").read_text()
     assert table.startswith("# Ablation: scenarios") and "| Metric | direct | mandatory | free |" in table
-    assert read_episodes(out / "direct" / "episodes.jsonl")[0]["calls"] == []  # no tools offered
+    assert read_episodes(out / "direct" / "episodes.jsonl")[0].calls == []  # no tools offered
 
     assert main(["report", *map(str, arms), "--out", str(tmp_path / "report")]) == 0
     text = (tmp_path / "report" / "report.md").read_text()

@@ -108,17 +108,17 @@ def test_eval_runs_the_local_model_on_real_tasks(agent: str, tmp_path: Path) -> 
     assert code == 0
     records = read_episodes(out / "episodes.jsonl")
     tasks = load_toolhop()[:1]
-    assert sorted(r["task_id"] for r in records) == sorted(task.id for task in tasks)
+    assert sorted(r.task_id for r in records) == sorted(task.id for task in tasks)
     for record in records:
-        assert record["error"] is None, record["error"]
-        assert record["terminated"] or record["truncated"]
-        assert 1 <= record["turns"] <= 2 and record["agent"]["prompt_tokens"] > 0
-        assert record["isolation"]
-        assert all(call["status"] in STATUSES for call in record["calls"])
+        assert record.error is None, record.error
+        assert record.terminated or record.truncated
+        assert 1 <= record.turns <= 2 and record.agent_count("prompt_tokens") > 0
+        assert record.isolation
+        assert all(call["status"] in STATUSES for call in record.calls)
         if agent == "fc":  # the grammar: the first call names an offered tool, with a JSON object
-            task = next(t for t in tasks if t.id == record["task_id"])
+            task = next(t for t in tasks if t.id == record.task_id)
             offered = {tool["function"]["name"] for tool in task.tools}
-            first = record["calls"][0]
+            first = record.calls[0]
             assert first["name"] in offered and isinstance(first["arguments"], dict)
     summary = json.loads((out / "summary.json").read_text())
     assert summary["episodes"] == 1 and summary["errors"] == 0
@@ -135,7 +135,7 @@ def test_a_server_killed_mid_run_is_named_in_the_episode_errors_and_the_run_goes
     with local_server() as running:
         write = records.EpisodeWriter.write
 
-        def write_then_kill(self: records.EpisodeWriter, record: dict[str, Any]) -> None:
+        def write_then_kill(self: records.EpisodeWriter, record: records.EpisodeRecord) -> None:
             write(self, record)
             if running.running:
                 os.kill(running.pid, signal.SIGKILL)
@@ -154,10 +154,10 @@ def test_a_server_killed_mid_run_is_named_in_the_episode_errors_and_the_run_goes
         )  # fmt: skip
         summary = EvalRun(config).run()
     first, *after = read_episodes(config.out / "episodes.jsonl")
-    assert first["error"] is None and len(after) == 2 and summary["episodes"] == 3
+    assert first.error is None and len(after) == 2 and summary["episodes"] == 3
     for record in after:
-        assert "the model server crashed: llama-cpp-server killed by signal SIGKILL" in record["error"]
-        assert "gave up" not in record["error"]
+        assert "the model server crashed: llama-cpp-server killed by signal SIGKILL" in str(record.error)
+        assert "gave up" not in str(record.error)
     assert "llama-cpp-server killed by signal SIGKILL" in caplog.text
 
 

@@ -72,9 +72,12 @@ def test_rescoring_with_another_protocols_rule_equals_its_fresh_verdicts(runs: P
     assert main(["rescore", str(runs / "official"), "--protocol", "hopgym", "--out", str(out)]) == 0
     assert correct_by_task(out) == correct_by_task(runs / "hopgym")
     rescored, fresh = comparable(out), comparable(runs / "hopgym")
-    for key in ("answer_correctness", "pass_at_k", "protocol"):
+    for key in ("answer_correctness", "pass_at_k"):
         assert rescored[key] == fresh[key]
     assert rescored["intervals"]["answer_correctness"] == fresh["intervals"]["answer_correctness"]
+    run = json.loads((out / "run.json").read_text())  # the protocol is the run's setting, not a record's
+    assert run["env_kwargs"]["protocol"] == run["provenance"]["protocol"] == "hopgym"
+    assert all("protocol" not in record for record in read_records(out))
 
 
 def test_rescore_mistakes_are_one_line_and_write_nothing(

@@ -21,7 +21,7 @@ import pytest
 
 from hopgym.agents.construction.pipeline import construct_dataset, rows_path
 from hopgym.agents.evaluation import run_folder
-from hopgym.agents.evaluation.records import EpisodeWriter, read_episode_file, read_episodes
+from hopgym.agents.evaluation.records import EpisodeRecord, EpisodeWriter, read_episode_file, read_episodes
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
@@ -224,10 +224,10 @@ def test_what_the_writer_writes_the_reader_reads_back(tmp_path: Path) -> None:
     """A lone surrogate or a NaN in a record (model output, a metric) neither ends the run nor damages the
     file: the surrogate is written as its escape and read back as U+FFFD, the NaN as null."""
     writer = EpisodeWriter(tmp_path / "episodes.jsonl")
-    writer.write({"task_id": "t", "final_answer": "\ud800", "metrics": {"f1": float("nan")}})
+    writer.write(EpisodeRecord(task_id="t", final_answer="\ud800", metrics={"f1": float("nan")}))
     writer.close()
     assert read_episodes(tmp_path / "episodes.jsonl") == [
-        {"task_id": "t", "final_answer": "\ufffd", "metrics": {"f1": None}}
+        EpisodeRecord(task_id="t", final_answer="\ufffd", metrics={"f1": None})
     ]
 
 
@@ -250,7 +250,7 @@ def test_reads_are_bounded_per_line(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     lines = [b'{"task_id": "a"}', b'{"task_id": "' + b"x" * 5000 + b'"}', b'{"task_id": "b"}']
     (tmp_path / "episodes.jsonl").write_bytes(b"\n".join(lines) + b"\n")
     read = read_episode_file(tmp_path / "episodes.jsonl")
-    assert [r["task_id"] for r in read.records] == ["a", "b"]
+    assert [r.task_id for r in read.records] == ["a", "b"]
     assert read.skipped == [f"{tmp_path / 'episodes.jsonl'}:2: longer than 1000 bytes"]
 
 

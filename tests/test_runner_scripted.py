@@ -22,7 +22,8 @@ from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
-from hopgym.commands.eval import DEFAULT_CONCURRENCY, concurrency_of, parse_key_values
+from hopgym.commands.env_arguments import parse_key_values
+from hopgym.commands.model_arguments import DEFAULT_CONCURRENCY, concurrency_of
 from hopgym.envs.toolhop.metrics import table4_metrics
 from hopgym.errors import ConfigError
 from hopgym.tasks.toolhop.loader import load_toolhop

@@ -19,7 +19,8 @@ from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError, 
 from hopgym.sandbox import Sandbox, isolation, make_sandbox
 from hopgym.sandbox.cgroups import WorkerCgroup, resolve_cgroups
 from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
-from hopgym.sandbox.process import PausingConnection, ProcessSandbox
+from hopgym.sandbox.launcher import PausingConnection
+from hopgym.sandbox.process import ProcessSandbox
 from hopgym.sandbox.protocol import WorkerConnection
 from hopgym.tasks.tool_source import compile_tool_code
 

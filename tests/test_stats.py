@@ -12,6 +12,7 @@ from statistics import fmean
 
 import pytest
 
+from hopgym.agents.evaluation.records import EpisodeRecord
 from hopgym.agents.evaluation.stats import mean_interval, pass_at_k, pass_hat_k, pass_k_table, t_quantile
 from hopgym.agents.evaluation.summary import markdown_table, summarize
 from hopgym.errors import ConfigError
@@ -74,7 +75,7 @@ def test_pass_k_table_averages_tasks_up_to_the_fewest_samples() -> None:
 def test_the_summary_intervals_are_over_tasks_and_the_table_prints_them() -> None:
     # task a: 2 of 2 correct, b: 1 of 2, c: 0 of 2 -> per-task means 1, 0.5, 0
     records = [
-        {"task_id": task, "sample": s, "correct": ok, "calls": [], "turns": 1}
+        EpisodeRecord(task_id=task, sample=s, correct=bool(ok), turns=1)
         for task, oks in (("a", (1, 1)), ("b", (1, 0)), ("c", (0, 0)))
         for s, ok in enumerate(oks)
     ]

@@ -33,8 +33,8 @@ from hopgym.agents.construction.stage_prompts import (
     refinement_prompt,
     retry_prompt,
 )
-from hopgym.agents.evaluation.records import EpisodeWriter, check_resumable
-from hopgym.agents.evaluation.run_folder import read_records, write_json
+from hopgym.agents.evaluation.records import check_resumable
+from hopgym.agents.evaluation.run_folder import RecordWriter, read_records, write_json
 from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
 from hopgym.errors import ConfigError
@@ -317,7 +317,7 @@ def construct_dataset(
         raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
     finished = _open_rows_file(out, settings, resume)
     pending = [row for row in rows if row.id not in finished]
-    writer = EpisodeWriter(rows_path(out))
+    writer = RecordWriter(rows_path(out))
     bar = tqdm(
         total=len(rows), initial=len(rows) - len(pending), desc="construct", unit="row", disable=not progress
     )

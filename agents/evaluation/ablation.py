@@ -16,9 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from hopgym.agents.evaluation.episode_runner import EvalConfig
 from hopgym.agents.evaluation.feedback_flips import feedback_flips
 from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
-from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
+from hopgym.agents.evaluation.runner import EvalRun
 from hopgym.agents.evaluation.summary import markdown_table
 from hopgym.errors import ConfigError
 

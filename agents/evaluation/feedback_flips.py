@@ -10,11 +10,10 @@ feedback, ``delta_c_to_i`` the fraction of the N that were correct with feedback
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
-from hopgym.agents.evaluation.records import episode_key
+from hopgym.agents.evaluation.records import EpisodeRecord
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError
 
@@ -24,11 +23,11 @@ parameter missing), the caption's definition; ``failed``: any call whose status 
 invalid arguments, tool errors, timeouts), the calls for which feedback differs between the modes."""
 
 
-def has_erroneous_call(record: Mapping[str, Any], error_set: str = "invocation") -> bool:
+def has_erroneous_call(record: EpisodeRecord, error_set: str = "invocation") -> bool:
     """Whether an episode record holds a call of the given error set."""
     if error_set not in ERROR_SETS:
         raise ConfigError(f"unknown error set {error_set!r}; valid: {list(ERROR_SETS)}")
-    for call in record.get("calls") or ():
+    for call in record.calls:
         if error_set == "failed" and call.get("status", "ok") != "ok":
             return True
         kinds = {call.get("status"), *(call.get("errors") or ())}
@@ -63,19 +62,19 @@ class FeedbackFlips:
 
 
 def feedback_flips(
-    detailed: Iterable[Mapping[str, Any]], minimal: Iterable[Mapping[str, Any]], error_set: str = "invocation"
+    detailed: Iterable[EpisodeRecord], minimal: Iterable[EpisodeRecord], error_set: str = "invocation"
 ) -> FeedbackFlips:
     """Pair the two runs' episodes and count the correctness flips (see the module docstring)."""
-    minimal_by_key = {episode_key(record): record for record in minimal}
+    minimal_by_key = {record.key: record for record in minimal}
     pairs = []
     unpaired = 0
     for record in detailed:
-        other = minimal_by_key.get(episode_key(record))
-        if other is None or record.get("error") is not None or other.get("error") is not None:
+        other = minimal_by_key.get(record.key)
+        if other is None or record.error is not None or other.error is not None:
             unpaired += 1
             continue
         if has_erroneous_call(record, error_set):
-            pairs.append((bool(record.get("correct")), bool(other.get("correct"))))
+            pairs.append((record.correct, other.correct))
     return FeedbackFlips(
         queries=len(pairs),
         correct_with=sum(with_ for with_, _ in pairs),

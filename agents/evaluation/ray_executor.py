@@ -17,8 +17,8 @@ from collections.abc import AsyncGenerator, Sequence
 from dataclasses import replace
 from typing import Any
 
+from hopgym.agents.evaluation.episode_runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.agents.evaluation.runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.errors import ClusterError, ConfigError, one_line
 
 EXTRA_MESSAGE = "--executor ray needs Ray: pip install 'hopgym[ray]'"
@@ -75,8 +75,7 @@ class EpisodeActor:
             record = await self._runner.episode(index, task_id, sample)
         finally:
             self._episodes.discard(this)
-        record["node"] = self._node
-        return record
+        return replace(record, node=self._node)
 
     async def close(self) -> None:
         """End the run here: cancel the episodes still running (the driver stopped or crashed; their

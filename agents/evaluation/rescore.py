@@ -9,14 +9,20 @@ prompts the model saw. The result is a new run folder that ``hopgym report`` rea
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hopgym.agents.evaluation.provenance import now
-from hopgym.agents.evaluation.records import EPISODES_FILE, EpisodeWriter, read_episodes
+from hopgym.agents.evaluation.records import (
+    EPISODES_FILE,
+    RUN_FILE,
+    EpisodeRecord,
+    EpisodeWriter,
+    read_episodes,
+)
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
-from hopgym.agents.evaluation.runner import RUN_FILE, write_summary_files
+from hopgym.agents.evaluation.runner import write_summary_files
 from hopgym.envs.env_options import env_class
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.envs.toolhop.protocols import get_protocol
@@ -37,18 +43,16 @@ def _run_identity(folder: Path) -> dict[str, Any]:
     return identity
 
 
-def rescored_record(record: Mapping[str, Any], scorer: str, protocol: str) -> dict[str, Any]:
-    """The record with ``correct`` and ``reward`` judged again; an episode that never ended stays wrong."""
-    rescored = {**record, "protocol": protocol}
-    if record.get("terminated") and record.get("gold_answer") is not None:
-        correct = episode_correct(
-            get_scorer(scorer),
-            get_protocol(protocol).answer_reads_tool_message,
-            str(record["gold_answer"]),
-            record.get("messages") or [],
-        )
-        rescored.update(correct=correct, reward=float(correct))
-    return rescored
+def rescored_record(record: EpisodeRecord, scorer: str, protocol: str) -> EpisodeRecord:
+    """The record with ``correct`` and ``reward`` judged again; an episode that never ended stays wrong.
+    The protocol is the run's setting (``run.json``): a ``protocol`` key an earlier version wrote into the
+    record is dropped, not left to contradict it."""
+    extra = {key: value for key, value in record.extra.items() if key != "protocol"}
+    if not record.terminated or record.gold_answer is None:
+        return replace(record, extra=extra)
+    reads_tool = get_protocol(protocol).answer_reads_tool_message
+    correct = episode_correct(get_scorer(scorer), reads_tool, str(record.gold_answer), record.messages)
+    return replace(record, correct=correct, reward=float(correct), extra=extra)
 
 
 def rescore_run(
@@ -72,6 +76,7 @@ def rescore_run(
     writer.close()
     provenance = {
         **(identity.get("provenance") or {}),
+        "protocol": protocol,
         "rescored": {
             "from": str(folder),
             "at": now(),

@@ -27,10 +27,10 @@ import math
 import os
 import re
 import stat
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Generic, TypeVar
 
 from hopgym.errors import DataError
 from hopgym.model_text import valid_unicode
@@ -54,8 +54,11 @@ _KINDS = (
 )
 log = logging.getLogger(__name__)
 
+R = TypeVar("R")
 RecordCheck = Callable[[dict[str, Any]], str | None]
 """What is wrong with a parsed record (None: nothing); such a record counts as malformed."""
+RecordParse = Callable[[dict[str, Any]], R]
+"""A parsed record in its typed form; a ``ValueError`` says what is wrong (the record counts as malformed)."""
 
 
 def _kind(mode: int) -> str:
@@ -193,6 +196,11 @@ def json_bytes(value: Any, indent: int | None = None) -> bytes:
     return text.encode("utf-8", "backslashreplace")
 
 
+def json_line(value: Any) -> bytes:
+    """``value`` as one line of a records file (:func:`json_bytes`: what is written reads back)."""
+    return json_bytes(value) + b"\n"
+
+
 def replace_file(path: Path, chunks: Iterable[bytes]) -> None:
     """Write ``chunks`` as the new content of the folder's file ``path.name``: to ``NAME.tmp`` first (made
     anew, never through a link), flushed to disk, then renamed over ``NAME`` (a link there is replaced, its
@@ -233,10 +241,10 @@ def open_append(path: Path) -> IO[bytes]:
 
 
 @dataclass
-class RecordsRead:
+class RecordsRead(Generic[R]):
     """What a records file held: its well-formed records, and ``file:line: why`` of each one skipped."""
 
-    records: list[dict[str, Any]] = field(default_factory=list)
+    records: list[R] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
 
     def warn(self) -> None:
@@ -267,28 +275,45 @@ def _lines(handle: IO[bytes], size: int) -> Iterator[tuple[bytes | None, bool]]:
         yield None, ended
 
 
-def _problem(line: bytes | None, check: RecordCheck | None) -> tuple[dict[str, Any] | None, str | None]:
+def _parsed(line: bytes | None, parse: RecordParse[R]) -> R:
+    """The record on ``line``; a ``ValueError`` says why there is none."""
     if line is None:
-        return None, f"longer than {MAX_LINE_BYTES} bytes"
+        raise ValueError(f"longer than {MAX_LINE_BYTES} bytes")
     try:
         record = loads(line)
     except ValueError as exc:
-        return None, f"not a JSON record ({exc})"
+        raise ValueError(f"not a JSON record ({exc})") from None
     if not isinstance(record, dict):
-        return None, f"a JSON {type(record).__name__}, not an object"
-    problem = check(record) if check else None
-    return (None, problem) if problem else (record, None)
+        raise ValueError(f"a JSON {type(record).__name__}, not an object")
+    return parse(record)
 
 
-def read_records(path: Path, check: RecordCheck | None = None, resume: bool = False) -> RecordsRead:
-    """The records of a JSON-lines file of a run folder (none when there is no file); a malformed one is
-    skipped and named, or with ``resume`` refused (a :class:`DataError` naming ``file:line``) and a partial
-    last line cut off the file."""
+def _checked_by(check: RecordCheck | None) -> RecordParse[dict[str, Any]]:
+    def parse(record: dict[str, Any]) -> dict[str, Any]:
+        problem = check(record) if check else None
+        if problem:
+            raise ValueError(problem)
+        return record
+
+    return parse
+
+
+def read_records(
+    path: Path, check: RecordCheck | None = None, resume: bool = False
+) -> RecordsRead[dict[str, Any]]:
+    """:func:`parse_records` keeping each record as its JSON object (refused when ``check`` says why)."""
+    return parse_records(path, _checked_by(check), resume)
+
+
+def parse_records(path: Path, parse: RecordParse[R], resume: bool = False) -> RecordsRead[R]:
+    """The records of a JSON-lines file of a run folder, each parsed once by ``parse`` (none when there is
+    no file); a malformed one is skipped and named, or with ``resume`` refused (a :class:`DataError` naming
+    ``file:line``) and a partial last line cut off the file."""
     try:
         fd = open_in_folder(path.parent, path.name, os.O_RDWR if resume else os.O_RDONLY)
     except FileNotFoundError:
         return RecordsRead()
-    read = RecordsRead()
+    read: RecordsRead[R] = RecordsRead()
     with os.fdopen(fd, "r+b" if resume else "rb") as handle:
         size = os.fstat(fd).st_size
         if size > MAX_RECORDS_BYTES:
@@ -300,10 +325,12 @@ def read_records(path: Path, check: RecordCheck | None = None, resume: bool = Fa
             complete_end = handle.tell()
             if line is not None and not line.strip():
                 continue
-            record, problem = _problem(line, check)
-            if record is not None:
-                read.records.append(record)
-            elif resume:
+            try:
+                read.records.append(_parsed(line, parse))
+                continue
+            except ValueError as exc:
+                problem = str(exc)
+            if resume:
                 raise DataError(
                     f"{path}:{number} is {problem}; the file is damaged and --resume does not rewrite it: "
                     "repair or delete that line, or pick another --out"
@@ -313,3 +340,19 @@ def read_records(path: Path, check: RecordCheck | None = None, resume: bool = Fa
         if resume and complete_end < size:
             handle.truncate(complete_end)
     return read
+
+
+class RecordWriter:
+    """Appends JSON objects one line each (:func:`json_bytes`: what is written reads back), flushed at
+    once: a killed process loses no finished record."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._handle = open_append(path)
+
+    def write(self, record: Mapping[str, Any]) -> None:
+        self._handle.write(json_line(record))
+        self._handle.flush()
+
+    def close(self) -> None:
+        self._handle.close()

@@ -9,10 +9,9 @@ With ``samples`` K each selected task runs K times; sample k resets its env with
 the model config carries a ``seed``, asks the model with ``seed + k`` too, so the samples differ and each
 is reproducible.
 
-Where episodes run is the executor's business: :class:`LocalExecutor` runs them in this process, the Ray
-executor (``agents/evaluation/ray_executor.py``) on a cluster's nodes, each with its own
-:class:`EpisodeRunner`. Either streams finished records back to :class:`EvalRun`, which alone writes the run
-folder.
+Where episodes run is the executor's business (``agents/evaluation/episode_runner.py``: in this process, or
+on a cluster's nodes through ``agents/evaluation/ray_executor.py``). Either streams finished records back
+to :class:`EvalRun`, which alone writes the run folder.
 """
 
 from __future__ import annotations
@@ -22,95 +21,44 @@ import contextlib
 import signal
 import threading
 from collections import Counter
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import IO, Any, Protocol, TypeVar
+from typing import IO, Any, TypeVar
 
 import gymnasium as gym
 from tqdm import tqdm
 
-import hopgym  # noqa: F401 - registers the envs
+from hopgym.agents.evaluation.episode_runner import (
+    Episode,
+    EpisodeRunner,
+    EvalConfig,
+    Executor,
+    LocalExecutor,
+)
 from hopgym.agents.evaluation.provenance import finish_provenance, start_provenance
 from hopgym.agents.evaluation.records import (
     EPISODES_FILE,
     LOCK_FILE,
+    RUN_FILE,
+    RUN_FILES,
+    SUMMARY_JSON,
+    SUMMARY_MD,
     EpisodeRecord,
     EpisodeWriter,
     check_resumable,
     drop_failed_episodes,
-    episode_key,
     lock_run_folder,
     read_episodes,
 )
-from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
-from hopgym.agents.model.client import ModelClient, ModelConfig
-from hopgym.agents.policies.base import Agent
-from hopgym.agents.policies.registry import agent_factory, check_agent_for_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ConfigError, one_line
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
-RUN_FILE = "run.json"
-SUMMARY_JSON = "summary.json"
-SUMMARY_MD = "summary.md"
 EXECUTORS = ("local", "ray")
 T = TypeVar("T")
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """Everything one run needs; ``run_identity`` is what a resumed run must share with the original."""
-
-    out: Path
-    model: ModelConfig
-    env_id: str = "ToolHop-v0"
-    env_kwargs: Mapping[str, Any] = field(default_factory=dict)
-    agent: str = "fc"
-    agent_options: Mapping[str, Any] = field(default_factory=dict)
-    concurrency: int = 8
-    limit: int | None = None
-    sample: int | None = None
-    """Run a stratified sample of this many tasks (see :func:`stratified_sample`) instead of all."""
-    task_ids: tuple[str, ...] = ()
-    """Run only these tasks, in this order, instead of all."""
-    seed: int = 0
-    """Seeds the stratified sample and, plus the sample number, each episode's reset."""
-    samples: int = 1
-    """Episodes per task."""
-    resume: bool = False
-    retry_errors: bool = False
-    """With ``resume``: run again the episodes whose record holds an ``error`` (their records are dropped
-    first), e.g. after the model server was down or misconfigured for part of a run."""
-    progress: bool = True
-    executor: str = "local"
-    """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
-    ray_address: str | None = None
-
-    def run_identity(self) -> dict[str, Any]:
-        """Settings a resumed run must share; the newer ones appear only when set, so a run folder made
-        before they existed still resumes."""
-        optional = {
-            "sample": self.sample,
-            "task_ids": list(self.task_ids) or None,
-            "seed": self.seed or None,
-            "samples": self.samples if self.samples != 1 else None,
-            "model_extra": dict(self.model.extra) or None,
-        }
-        return {
-            "env": self.env_id,
-            "env_kwargs": dict(self.env_kwargs),
-            "agent": self.agent,
-            "agent_options": dict(self.agent_options),
-            "model": self.model.model,
-            "temperature": self.model.temperature,
-            "max_tokens": self.model.max_tokens,
-            "tool_choice_substitutes": dict(self.model.tool_choice_substitutes),
-            **{key: value for key, value in optional.items() if value is not None},
-        }
 
 
 CHOOSERS = {"--limit": "limit", "--sample": "sample", "--task": "task_ids"}
@@ -129,117 +77,6 @@ def task_indices(tasks: Sequence[Any], task_ids: Sequence[str]) -> list[int]:
     if repeated:
         raise ConfigError(f"--task {', '.join(repeated)} given twice; use --samples K to run a task K times")
     return [index_of[task_id] for task_id in task_ids]
-
-
-def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
-    """The model config of sample ``sample``: its ``seed`` (when it has one) moved on by the sample."""
-    seed = model.extra.get("seed")
-    if sample == 0 or not isinstance(seed, int):
-        return model
-    return replace(model, extra={**model.extra, "seed": seed + sample})
-
-
-class EpisodeRunner:
-    """Runs episodes in this process, up to ``concurrency`` at once, through :class:`Rollouts` (one env
-    pool). The local executor has one; the Ray executor one per node."""
-
-    def __init__(self, config: EvalConfig, concurrency: int) -> None:
-        self.config = config
-        clients: dict[Any, ModelClient] = {}  # one client per distinct model seed
-        self._make_agent: list[Callable[[], Agent]] = []
-        for sample in range(config.samples):
-            model = sample_model(config.model, sample)
-            seed = model.extra.get("seed")
-            if seed not in clients:
-                clients[seed] = ModelClient(model)
-            self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
-        check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
-        self.rollouts = Rollouts(config.env_id, config.env_kwargs, concurrency)
-
-    def make_env(self) -> gym.Env:
-        return self.rollouts.make_env()
-
-    async def start(self, size: int, first_env: gym.Env | None = None) -> None:
-        """Make the pool of ``size`` envs (``first_env`` among them, if given) before the first episode."""
-        await self.rollouts.start(size, first_env)
-
-    async def close(self) -> None:
-        """Wait for the env threads, then close every env; the runner runs no episode after this."""
-        await self.rollouts.close()
-
-    def shutdown(self) -> None:
-        """Stop the env threads (waiting for those still running)."""
-        self.rollouts.shutdown()
-
-    async def episode(self, index: int, task_id: str, sample: int) -> EpisodeRecord:
-        """Run one episode to its end and return its record; any exception ends only this episode,
-        recorded as its ``error`` (cancellation, e.g. Ctrl-C, still stops the run)."""
-        seed = self.config.seed + sample
-        agent: Agent | None = None
-        try:
-            agent = self._make_agent[sample]()
-        except Exception as exc:
-            rollout = Rollout(error=f"{type(exc).__name__}: {exc}")
-        else:
-            rollout = await self.rollouts.episode(agent.act, {"index": index}, seed)
-        info, terminated = rollout.info, rollout.terminated
-        messages = list(rollout.observation.get("messages", ()))
-        final = messages[-1] if terminated and messages else None
-        return {
-            "task_id": task_id,
-            "index": index,
-            "sample": sample,
-            "seed": seed,
-            "reward": rollout.reward,
-            "correct": bool(info.get("correct", False)) if terminated else False,
-            "terminated": terminated,
-            "truncated": rollout.truncated,
-            "turns": rollout.turns,
-            "calls": rollout.calls,
-            "parallel_turns": rollout.parallel_turns,
-            "final_answer": final.get("content") if final else None,
-            "gold_answer": info.get("answer"),
-            "hops": info.get("hops"),
-            "isolation": info.get("isolation"),
-            "protocol": info.get("protocol"),
-            "metrics": info.get("metrics"),
-            "agent": agent.stats.as_dict() if agent is not None else None,
-            "latency_ms": rollout.latency_ms,
-            "error": rollout.error,
-            "messages": messages,
-        }
-
-
-Episode = tuple[int, str, int]
-"""(task index, task id, sample): one episode of a run."""
-
-
-class Executor(Protocol):
-    """Runs the pending episodes somewhere and yields each finished record once, in finishing order."""
-
-    def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]: ...
-
-
-class LocalExecutor:
-    """Every episode in this process, ``concurrency`` at once (the first env, already made, is reused)."""
-
-    def __init__(self, runner: EpisodeRunner, first_env: gym.Env) -> None:
-        self._runner = runner
-        self._first_env = first_env
-
-    async def stream(self, pending: Sequence[Episode]) -> AsyncGenerator[EpisodeRecord, None]:
-        runner = self._runner
-        episodes: list[asyncio.Future[EpisodeRecord]] = []
-        try:
-            await runner.start(min(runner.config.concurrency, len(pending)), self._first_env)
-            episodes = [asyncio.ensure_future(runner.episode(*episode)) for episode in pending]
-            for finished in asyncio.as_completed(episodes):
-                yield await finished
-        finally:
-            for episode in episodes:  # after a crash, episodes still running must not outlive the run
-                episode.cancel()
-            await asyncio.gather(*episodes, return_exceptions=True)
-            await runner.close()
 
 
 class EvalRun:
@@ -278,13 +115,13 @@ class EvalRun:
         """Refuse a folder that holds another run, or this run without ``resume``; writes nothing."""
         if self.config.retry_errors and not self.config.resume:
             raise ConfigError("--retry-errors redoes failed episodes of an existing run: add --resume")
-        check_files(self.out, (RUN_FILE, EPISODES_FILE, SUMMARY_JSON, SUMMARY_MD, LOCK_FILE))
+        check_files(self.out, (*RUN_FILES, LOCK_FILE))
         if exists(self.out / LOCK_FILE):  # a run still writing the folder is named as such
             lock_run_folder(self.out).close()
         identity = self.config.run_identity()
         check_resumable(self.out, self.out / RUN_FILE, self.episodes_path, identity, self.config.resume)
 
-    def _open_folder(self, env: gym.Env, expected: int) -> list[dict[str, Any]]:
+    def _open_folder(self, env: gym.Env, expected: int) -> list[EpisodeRecord]:
         """Create the run folder (options and data are checked by now) with its run.json (identity and
         provenance); return the records already there."""
         previous = (read_json(self.out / RUN_FILE) or {}).get("provenance")
@@ -308,10 +145,10 @@ class EvalRun:
 
     # -- running -----------------------------------------------------------------------------------
 
-    def _count(self, record: Mapping[str, Any]) -> None:
+    def _count(self, record: EpisodeRecord) -> None:
         self._finished += 1
-        self._correct += bool(record.get("correct"))
-        self._errors += record.get("error") is not None
+        self._correct += record.correct
+        self._errors += record.error is not None
 
     async def _run(self, executor: Executor, pending: list[Episode], bar: tqdm) -> None:
         writer = EpisodeWriter(self.episodes_path)
@@ -348,10 +185,10 @@ class EvalRun:
             keys = {(task_id, sample) for _, task_id, sample in selected}
             if self.config.retry_errors:
                 previous = drop_failed_episodes(self.episodes_path, previous, keys)
-            done = {episode_key(record) for record in previous}
+            done = {record.key for record in previous}
             pending = [episode for episode in selected if (episode[1], episode[2]) not in done]
             for record in previous:
-                if episode_key(record) in keys:  # the progress bar counts this run's episodes only
+                if record.key in keys:  # the progress bar counts this run's episodes only
                     self._count(record)
             bar = tqdm(
                 total=len(selected),
@@ -367,7 +204,7 @@ class EvalRun:
         finally:
             first_env.close()
             self._runner.shutdown()
-        recorded = keys & {episode_key(record) for record in read_episodes(self.episodes_path)}
+        recorded = keys & {record.key for record in read_episodes(self.episodes_path)}
         self._provenance = finish_provenance(self._provenance, len(recorded))
         self._write_run_file()
         return self.write_summary()
@@ -391,7 +228,7 @@ class EvalRun:
 
 
 def write_summary_files(
-    out: Path, records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]
+    out: Path, records: Sequence[EpisodeRecord], run: Mapping[str, Any]
 ) -> dict[str, Any]:
     """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
     summary = summarize(records, run=run)
@@ -401,16 +238,16 @@ def write_summary_files(
     return summary
 
 
-def run_verdict(records: Sequence[Mapping[str, Any]]) -> tuple[int, str | None]:
+def run_verdict(records: Sequence[EpisodeRecord]) -> tuple[int, str | None]:
     """The exit status of a finished run and the line that explains it (None when no episode failed):
     1 when no episode reached the model or every episode failed, else 0."""
-    failed = [record for record in records if record.get("error")]
+    failed = [record for record in records if record.error]
     if not failed:
         return 0, None
-    cause = one_line(Counter(str(record["error"]) for record in failed).most_common(1)[0][0])
+    cause = one_line(Counter(str(record.error) for record in failed).most_common(1)[0][0])
     counted = f"{len(failed)} of {len(records)} episodes failed"
     again = "; once fixed, --resume --retry-errors runs them again"
-    if not any((record.get("agent") or {}).get("model_turns") for record in records):
+    if not any(record.agent_count("model_turns") for record in records):
         return 1, f"no episode reached the model ({counted}): {cause}{again}"
     if len(failed) == len(records):
         return 1, f"every episode failed ({counted}): {cause}{again}"

@@ -14,14 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+from hopgym.agents.evaluation.records import AGENT_COUNTS, EpisodeRecord
 from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.agents.model.cost import token_cost
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 
-# (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num" and
-# "text" values as they are.
+# (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num"
+# values as they are.
 TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
-    ("Protocol", "protocol", "text"),
     ("Answer correctness", "answer_correctness", "pct"),
     ("Invocation error, query", "invocation_error_query", "pct"),
     ("Invocation error, instance", "invocation_error_instance", "pct"),
@@ -44,42 +44,42 @@ TABLE_ROWS: tuple[tuple[str, str, str], ...] = (
 )
 
 
-def episode_values(record: Mapping[str, Any]) -> dict[str, float]:
+def episode_values(record: EpisodeRecord) -> dict[str, float]:
     """The per-episode value behind each headline metric whose summary value is a mean over episodes."""
-    errors = set().union(*(call_error_types(call) for call in record.get("calls") or ()))
+    errors = set().union(*(call_error_types(call) for call in record.calls))
     values = {
-        "answer_correctness": float(bool(record.get("correct"))),
+        "answer_correctness": float(record.correct),
         "invocation_error_query": float(bool(errors)),
         **{f"{kind}_query": float(kind in errors) for kind in INVOCATION_ERROR_TYPES},
-        "parallel_call_rate": float(bool(record.get("parallel_turns"))),
-        "mean_turns": float(record.get("turns", 0)),
-        "mean_calls": float(len(record.get("calls") or ())),
+        "parallel_call_rate": float(bool(record.parallel_turns)),
+        "mean_turns": float(record.turns),
+        "mean_calls": float(len(record.calls)),
     }
-    for key, value in (record.get("metrics") or {}).items():
+    for key, value in (record.metrics or {}).items():
         if isinstance(value, (int, float)):  # as in _episode_metric_means: None is not applicable
             values[key] = float(value)
     return values
 
 
-def task_key(record: Mapping[str, Any]) -> str:
-    """The task an episode record belongs to (its samples share it)."""
-    return str(record.get("task_id"))
+def table4(records: Iterable[EpisodeRecord]) -> dict[str, Any]:
+    """The env layer's Table 4 columns (:func:`table4_metrics`) of these records."""
+    return table4_metrics({"correct": record.correct, "calls": record.calls} for record in records)
 
 
-def metric_intervals(records: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+def metric_intervals(records: Sequence[EpisodeRecord]) -> dict[str, dict[str, Any]]:
     """A 95% interval for every per-episode metric, over per-task means (samples of a task averaged)."""
     pairs: dict[str, list[tuple[str, float]]] = {}
     for record in records:
         for key, value in episode_values(record).items():
-            pairs.setdefault(key, []).append((task_key(record), value))
+            pairs.setdefault(key, []).append((record.task_id, value))
     return {key: mean_interval(per_task_means(items)) for key, items in pairs.items()}
 
 
-def sample_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def sample_statistics(records: Sequence[EpisodeRecord]) -> dict[str, Any]:
     """Tasks, samples per task (the fewest), pass@k and pass^k for every k up to it."""
     by_task: dict[str, list[bool]] = {}
     for record in records:
-        by_task.setdefault(task_key(record), []).append(bool(record.get("correct")))
+        by_task.setdefault(record.task_id, []).append(record.correct)
     return {
         "tasks": len(by_task),
         "samples_per_task": min((len(v) for v in by_task.values()), default=0),
@@ -87,46 +87,27 @@ def sample_statistics(records: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     }
 
 
-def run_protocol(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str | None:
-    """The protocol the episodes ran under (ToolHop-v0: ``official`` or ``hopgym``), from the records,
-    else from the run's env kwargs; several are joined with "+"; None for envs without one."""
-    found = sorted({str(r["protocol"]) for r in records if r.get("protocol")})
-    if found:
-        return "+".join(found)
-    protocol = (run.get("env_kwargs") or {}).get("protocol")
-    return str(protocol) if protocol else None
-
-
-def _episode_metric_means(records: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+def _episode_metric_means(records: Sequence[EpisodeRecord]) -> dict[str, float]:
     values: dict[str, list[float]] = {}
     for record in records:
-        for key, value in (record.get("metrics") or {}).items():
+        for key, value in (record.metrics or {}).items():
             if isinstance(value, (int, float)):  # bools count as 0/1; None (not applicable) is skipped
                 values.setdefault(key, []).append(float(value))
     return {key: fmean(items) for key, items in values.items()}
 
 
-def summarize(records: Iterable[Mapping[str, Any]], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
+def summarize(records: Iterable[EpisodeRecord], run: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The summary.json content for these episode records."""
     records = list(records)
     count = len(records)
-    agent_stats = [record.get("agent") or {} for record in records]
-    summary: dict[str, Any] = {
-        "run": dict(run or {}),
-        "protocol": run_protocol(records, run or {}),
-        **table4_metrics(records),
-    }
+    summary: dict[str, Any] = {"run": dict(run or {}), **table4(records)}
     summary.update(
-        errors=sum(record.get("error") is not None for record in records),
-        parallel_call_rate=(sum(bool(r.get("parallel_turns")) for r in records) / count) if count else None,
-        mean_turns=fmean(r.get("turns", 0) for r in records) if count else None,
-        mean_calls=fmean(len(r.get("calls") or ()) for r in records) if count else None,
-        parse_failures=sum(stats.get("parse_failures", 0) for stats in agent_stats),
-        parse_failure_episodes=sum(bool(stats.get("gave_up_parsing")) for stats in agent_stats),
-        raw_json_tool_calls=sum(stats.get("raw_json_tool_calls", 0) for stats in agent_stats),
-        prompt_tokens=sum(stats.get("prompt_tokens", 0) for stats in agent_stats),
-        completion_tokens=sum(stats.get("completion_tokens", 0) for stats in agent_stats),
-        cut_off_replies=sum(stats.get("cut_off_replies", 0) for stats in agent_stats),
+        errors=sum(record.error is not None for record in records),
+        parallel_call_rate=(sum(bool(r.parallel_turns) for r in records) / count) if count else None,
+        mean_turns=fmean(r.turns for r in records) if count else None,
+        mean_calls=fmean(len(r.calls) for r in records) if count else None,
+        parse_failure_episodes=sum(bool(r.agent_count("gave_up_parsing")) for r in records),
+        **{name: sum(r.agent_count(name) for r in records) for name in AGENT_COUNTS},
     )
     episode_metrics = _episode_metric_means(records)
     summary.update(episode_metrics, episode_metrics=sorted(episode_metrics))
@@ -143,8 +124,6 @@ def _cell(value: Any, kind: str, interval: Mapping[str, Any] | None = None) -> s
     if kind == "pct":
         half = (interval or {}).get("half_width")
         return f"{100 * value:.2f}" + (f" ± {100 * half:.2f}" if half is not None else "")
-    if kind == "text":
-        return str(value)
     if kind == "usd":
         return f"{value:.6f}"
     if isinstance(value, float):
@@ -190,10 +169,12 @@ def feedback_applies(settings: Mapping[str, Any]) -> bool:
 
 
 def run_title(summary: Mapping[str, Any]) -> str:
-    """A short description of what was run, for table headers."""
+    """A short description of what was run, for table headers: the env and the settings of it that the run
+    names (ToolHop's protocol, given or as the env reported it in the provenance, its scenario and
+    feedback), the agent and the model."""
     run = summary.get("run") or {}
     env_kwargs = run.get("env_kwargs") or {}
-    protocol = summary.get("protocol")
+    protocol = env_kwargs.get("protocol") or (run.get("provenance") or {}).get("protocol")
     parts = [
         run.get("env"),
         f"{protocol} protocol" if protocol else None,

@@ -21,9 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.evaluation.records import EPISODES_FILE, episode_key, read_episodes
+from hopgym.agents.evaluation.records import (
+    EPISODES_FILE,
+    RUN_FILE,
+    SUMMARY_JSON,
+    SUMMARY_MD,
+    EpisodeRecord,
+    read_episodes,
+)
 from hopgym.agents.evaluation.run_folder import read_document, read_json
-from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError
 
@@ -89,16 +95,15 @@ def flat_params(data: Mapping[str, Any], prefix: str = "") -> dict[str, str]:
     return params
 
 
-def episode_metrics(record: Mapping[str, Any]) -> dict[str, float]:
+def episode_metrics(record: EpisodeRecord) -> dict[str, float]:
     """One episode's logged values, under ``episode/``."""
-    agent = record.get("agent") or {}
     values = {
         **episode_values(record),
-        "reward": float(record.get("reward") or 0.0),
-        "error": float(record.get("error") is not None),
-        "latency_ms": float(record.get("latency_ms") or 0.0),
-        "prompt_tokens": float(agent.get("prompt_tokens", 0)),
-        "completion_tokens": float(agent.get("completion_tokens", 0)),
+        "reward": float(record.reward or 0.0),
+        "error": float(record.error is not None),
+        "latency_ms": record.latency_ms,
+        "prompt_tokens": float(record.agent_count("prompt_tokens")),
+        "completion_tokens": float(record.agent_count("completion_tokens")),
     }
     return {f"{EPISODE_PREFIX}{key}": value for key, value in values.items()}
 
@@ -121,9 +126,7 @@ class RunFiles:
         if summary is None:
             raise DataError(f"{folder} has no {SUMMARY_JSON}: only a finished run can be tracked")
         config = read_json(folder / RUN_FILE) or summary.get("run") or {}
-        records = sorted(
-            read_episodes(folder / EPISODES_FILE), key=lambda r: (r.get("index", 0), episode_key(r)[1])
-        )
+        records = sorted(read_episodes(folder / EPISODES_FILE), key=lambda r: (r.index, r.sample))
         numbers = flat_numbers({key: value for key, value in summary.items() if key != "run"})
         texts = {name: read_document(folder / name) for name in (RUN_FILE, SUMMARY_JSON, SUMMARY_MD)}
         artifacts = {name: text.decode(errors="replace") for name, text in texts.items() if text is not None}

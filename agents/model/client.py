@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, get_args
 
 from hopgym.errors import ConfigError, ModelError, ReplyRefusedError, one_line
 from hopgym.messages import ToolCall, tool_call
@@ -286,14 +286,16 @@ def _malformed_reply() -> type[Exception]:
     return MalformedReply
 
 
-_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call"})
+FinishReason = Literal["stop", "length", "tool_calls", "content_filter", "function_call"]
+"""OpenAI's finish reasons (what ``openai``'s ``Choice.finish_reason`` is typed as)."""
+_FINISH_REASONS: dict[str | None, FinishReason] = {name: name for name in get_args(FinishReason)}
 
 
-def _finish_reason(reason: str | None, has_tool_calls: bool) -> str:
+def _finish_reason(reason: str | None, has_tool_calls: bool) -> FinishReason:
     """The finish reason as litellm reports it for an OpenAI-compatible server: none is ``stop``, ``stop``
     beside tool calls is ``tool_calls``, and a value outside OpenAI's (vLLM's ``abort``) is ``stop``."""
-    reason = reason if reason in _FINISH_REASONS else "stop"
-    return "tool_calls" if reason == "stop" and has_tool_calls else reason
+    known = _FINISH_REASONS.get(reason) or "stop"
+    return "tool_calls" if known == "stop" and has_tool_calls else known
 
 
 def _move_reasoning_out_of_content(message: Any) -> None:

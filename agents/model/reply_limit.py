@@ -128,4 +128,4 @@ def limit_litellm_replies() -> None:
         return _capped(make(*args, **kwargs) or httpx.AsyncHTTPTransport())
 
     capped.hopgym_capped = True  # type: ignore[attr-defined]
-    AsyncHTTPHandler._create_async_transport = staticmethod(capped)
+    AsyncHTTPHandler._create_async_transport = staticmethod(capped)  # type: ignore[method-assign,assignment]

@@ -10,9 +10,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
+from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILE, EpisodeRecord, read_episodes
 from hopgym.agents.evaluation.run_folder import read_json
-from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.envs.env_options import env_class
 from hopgym.envs.familytool.env import FamilyToolEnv
 from hopgym.envs.familytool.metrics import aggregate_metrics
@@ -29,11 +28,12 @@ EXTRACTION_COLUMNS = (
 TOOL_USE_COLUMNS = (("EM", "tool_em"), ("Tool Acc.", "tool_acc"), ("Value Acc.", "value_acc"))
 
 
-def familytool_tables(records: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str:
+def familytool_tables(records: Sequence[EpisodeRecord], run: Mapping[str, Any]) -> str:
     """Table 3 (when the episodes carry extraction metrics) and Table 4/5 as markdown."""
     env_kwargs = run.get("env_kwargs") or {}
     agent_options = run.get("agent_options") or {}
-    values = aggregate_metrics(records, env_kwargs.get("reading", "official"))
+    metrics = ({"metrics": record.metrics} for record in records)  # what aggregate_metrics reads
+    values = aggregate_metrics(metrics, env_kwargs.get("reading", "official"))
     model = str(run.get("model"))
     blocks = []
     if values.get("kg_episodes"):

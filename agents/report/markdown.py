@@ -17,14 +17,13 @@ from typing import Any
 
 from hopgym.agents.evaluation.feedback_flips import feedback_flips
 from hopgym.agents.evaluation.provenance import comparison_warnings, incomplete_note
-from hopgym.agents.evaluation.records import EPISODES_FILE, read_episode_file
+from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILE, EpisodeRecord, read_episode_file
 from hopgym.agents.evaluation.run_folder import exists, read_json
-from hopgym.agents.evaluation.runner import RUN_FILE
 from hopgym.agents.evaluation.stats import mean_interval, per_task_means
-from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, task_key
+from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, table4
 from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.env_options import env_creator
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError, DataError
 
 REPORT_FILE = "report.md"
@@ -39,7 +38,7 @@ class Run:
 
     name: str
     settings: dict[str, Any]
-    records: list[dict[str, Any]]
+    records: list[EpisodeRecord]
     summary: dict[str, Any]
     skipped: list[str]
     """``file:line: why`` of each malformed record left out of ``records``."""
@@ -106,24 +105,24 @@ def run_names(folders: Sequence[Path]) -> list[str]:
     raise DataError(f"the same run folder is given twice: {[str(f) for f in folders]}")
 
 
-def _accuracy(records: Sequence[Mapping[str, Any]]) -> float | None:
-    return 100 * sum(bool(r.get("correct")) for r in records) / len(records) if records else None
+def _accuracy(records: Sequence[EpisodeRecord]) -> float | None:
+    return 100 * sum(r.correct for r in records) / len(records) if records else None
 
 
 def _accuracy_bars(
-    cells: Sequence[Sequence[Mapping[str, Any]]],
+    cells: Sequence[Sequence[EpisodeRecord]],
 ) -> tuple[list[float | None], list[float | None], list[int | None]]:
     """Accuracy (%), the 95% interval's half-width (%, over tasks) and n (tasks) of each cell's records."""
     values, errors, counts = [], [], []
     for records in cells:
-        interval = mean_interval(per_task_means((task_key(r), bool(r.get("correct"))) for r in records))
+        interval = mean_interval(per_task_means((r.task_id, r.correct) for r in records))
         values.append(_accuracy(records))
         errors.append(None if interval["half_width"] is None else 100 * interval["half_width"])
         counts.append(interval["n"] or None)
     return values, errors, counts
 
 
-def _bar_data(categories: list[str], cells: Mapping[str, Sequence[Sequence[Mapping[str, Any]]]]) -> BarData:
+def _bar_data(categories: list[str], cells: Mapping[str, Sequence[Sequence[EpisodeRecord]]]) -> BarData:
     series: Series = {}
     errors: Series = {}
     counts: dict[str, list[int | None]] = {}
@@ -153,7 +152,7 @@ def accuracy_by_setting(runs: Sequence[Run], key: str) -> BarData | None:
     if len(values) < 2:
         return None
     varying = _varying(runs, key)
-    cells: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    cells: dict[tuple[str, str], list[EpisodeRecord]] = {}
     for run in runs:
         cells.setdefault((_label(run, varying), str(run.settings.get(key))), []).extend(run.records)
     labels = list(dict.fromkeys(label for label, _ in cells))
@@ -161,8 +160,8 @@ def accuracy_by_setting(runs: Sequence[Run], key: str) -> BarData | None:
 
 
 def accuracy_by_hops(runs: Sequence[Run]) -> BarData:
-    hops = sorted({r["hops"] for run in runs for r in run.records if r.get("hops") is not None})
-    cells = {run.name: [[r for r in run.records if r.get("hops") == h] for h in hops] for run in runs}
+    hops = sorted({r.hops for run in runs for r in run.records if r.hops is not None})
+    cells = {run.name: [[r for r in run.records if r.hops == h] for h in hops] for run in runs}
     return _bar_data([str(h) for h in hops], cells)
 
 
@@ -171,7 +170,7 @@ def invocation_error_rates(runs: Sequence[Run]) -> tuple[list[str], Series]:
     categories = [kind.replace("_", " ") for kind in INVOCATION_ERROR_TYPES]
     series = {}
     for run in runs:
-        metrics = table4_metrics(run.records)
+        metrics = table4(run.records)
         series[run.name] = [
             None if metrics[f"{kind}_query"] is None else 100 * metrics[f"{kind}_query"]
             for kind in INVOCATION_ERROR_TYPES

@@ -35,9 +35,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from hopgym.agents.evaluation.provenance import incomplete_note
-from hopgym.agents.evaluation.records import EPISODES_FILE
+from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILES, EpisodeRecord
 from hopgym.agents.evaluation.run_folder import json_bytes, open_in_folder
-from hopgym.agents.evaluation.runner import RUN_FILE, SUMMARY_JSON, SUMMARY_MD
 from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report.markdown import Run, load_run, run_names
 from hopgym.errors import ConfigError, HopgymError, one_line
@@ -66,28 +65,26 @@ PAGE_POLICY = (
 # A run folder's file opened directly: shown as data, never as an active document.
 FILE_POLICY = "default-src 'none'; sandbox"
 OUTLINE_TEXT_LIMIT = 200
-RUN_FILES = (RUN_FILE, SUMMARY_JSON, SUMMARY_MD, EPISODES_FILE)
-"""The files of a run folder the page links to (any file inside a served folder can be opened)."""
 
 
-def outcome(record: Mapping[str, Any]) -> str:
+def outcome(record: EpisodeRecord) -> str:
     """``errored`` (the episode ended in an exception), ``correct`` or ``wrong``."""
-    if record.get("error") is not None:
+    if record.error is not None:
         return "errored"
-    return "correct" if record.get("correct") else "wrong"
+    return "correct" if record.correct else "wrong"
 
 
-def error_types(record: Mapping[str, Any]) -> list[str]:
+def error_types(record: EpisodeRecord) -> list[str]:
     """What went wrong in an episode: its calls' statuses and error types other than ``ok``, and the
     exception class that ended it (the runner records errors as ``"Class: message"``)."""
     kinds = {
         kind
-        for call in record.get("calls") or ()
+        for call in record.calls
         for kind in (call.get("status", "ok"), *(call.get("errors") or ()))
         if kind and kind != "ok"
     }
-    if record.get("error") is not None:
-        kinds.add(str(record["error"]).partition(":")[0])
+    if record.error is not None:
+        kinds.add(record.error.partition(":")[0])
     return sorted(map(str, kinds))
 
 
@@ -98,18 +95,18 @@ def _short(value: Any) -> str | None:
     return text if len(text) <= OUTLINE_TEXT_LIMIT else text[: OUTLINE_TEXT_LIMIT - 1] + "…"
 
 
-def episode_outline(record: Mapping[str, Any]) -> dict[str, Any]:
+def episode_outline(record: EpisodeRecord) -> dict[str, Any]:
     """One row of the episode list: what the filters and the table need, not the transcript."""
     return {
-        "task_id": str(record.get("task_id")),
-        "sample": int(record.get("sample") or 0),
+        "task_id": record.task_id,
+        "sample": record.sample,
         "outcome": outcome(record),
         "error_types": error_types(record),
-        "hops": record.get("hops"),
-        "turns": record.get("turns"),
-        "calls": len(record.get("calls") or ()),
-        "final_answer": _short(record.get("final_answer")),
-        "gold_answer": _short(record.get("gold_answer")),
+        "hops": record.hops,
+        "turns": record.turns,
+        "calls": len(record.calls),
+        "final_answer": _short(record.final_answer),
+        "gold_answer": _short(record.gold_answer),
     }
 
 
@@ -171,16 +168,9 @@ class RunSource:
             "outlines": [episode_outline(record) for record in run.records],
         }
 
-    def episode(self, task_id: str, sample: int) -> dict[str, Any] | None:
+    def episode(self, task_id: str, sample: int) -> EpisodeRecord | None:
         """The whole record of the episode of ``task_id``'s ``sample``, None if the run has none."""
-        return next(
-            (
-                record
-                for record in self.run().records
-                if str(record.get("task_id")) == task_id and int(record.get("sample") or 0) == sample
-            ),
-            None,
-        )
+        return next((record for record in self.run().records if record.key == (task_id, sample)), None)
 
     def file(self, relative: str) -> int | None:
         """A descriptor of the regular file at ``relative`` inside this run folder (the caller closes it);
@@ -331,7 +321,7 @@ class _Handler(BaseHTTPRequestHandler):
         if record is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such episode"})
         else:
-            self._send_json(HTTPStatus.OK, {**record, "outcome": outcome(record)})
+            self._send_json(HTTPStatus.OK, {**record.to_json(), "outcome": outcome(record)})
 
     def _run_file(self, rest: str) -> None:
         index, _, relative = rest.partition("/")

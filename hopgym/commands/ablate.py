@@ -1,6 +1,6 @@
 """``hopgym ablate feedback|frameworks|scenarios``: the paper's ablations, one eval run per arm.
 
-Each ablation takes every option of ``hopgym eval`` (its parser is reused, so they cannot drift apart),
+Each ablation takes every option of ``hopgym eval`` (``commands/eval_arguments.py``: they cannot drift apart),
 except the setting it varies. Arms go to ``OUT/<arm>``; the tables to ``OUT/ablation.md``.
 """
 
@@ -10,16 +10,11 @@ import argparse
 import sys
 from pathlib import Path
 
-from hopgym.commands import eval as eval_command
+from hopgym.commands.eval_arguments import add_eval_arguments, eval_config
+from hopgym.commands.model_arguments import model_endpoint
 from hopgym.errors import ConfigError
 
 _VARIED_FLAG = {"feedback": "--feedback", "frameworks": "--agent", "scenarios": "--scenario"}
-
-
-def _eval_parser() -> argparse.ArgumentParser:
-    holder = argparse.ArgumentParser().add_subparsers()
-    eval_command.register(holder)
-    return holder.choices["eval"]
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -28,13 +23,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     parser = subparsers.add_parser("ablate", help="the paper's feedback, framework and scenario ablations")
     ablations = parser.add_subparsers(dest="ablation", required=True, metavar="ABLATION")
-    parent = _eval_parser()
+    parent = argparse.ArgumentParser(add_help=False)
+    add_eval_arguments(parent)
     for name, ablation in ABLATIONS.items():
         arms = ", ".join(ablation.arms)
         sub = ablations.add_parser(
             name,
             parents=[parent],
-            conflict_handler="resolve",
             help=f"runs the arms {arms}",
             description=f"Runs hopgym eval once per value of {ablation.setting} ({arms}) into "
             f"OUT/<value> and writes OUT/ablation.md. Takes hopgym eval's options except "
@@ -66,8 +61,8 @@ def run(args: argparse.Namespace) -> int:
     for tracker in trackers:  # before the runs: a missing library must not cost them
         tracker.check_installed()
     out = Path(args.out) if args.out else Path("runs") / f"ablate-{name}"
-    with eval_command.model_endpoint(args) as endpoint:
-        summaries = run_ablation(name, eval_command.eval_config(args, endpoint, out, args.agent or "fc"))
+    with model_endpoint(args) as endpoint:
+        summaries = run_ablation(name, eval_config(args, endpoint, out, args.agent or "fc"))
     markdown = ablation_markdown(name, out, summaries, getattr(args, "error_set", "invocation"))
     write_text(out / "ablation.md", markdown)
     print(markdown)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hopgym.commands import eval as eval_command
+from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_endpoint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -71,11 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise ConfigError(f"--limit must be at least 1, got {args.limit}")
-    concurrency = eval_command.concurrency_of(args, default=4)
+    concurrency = concurrency_of(args, default=4)
     if concurrency < 1:
         raise ConfigError(f"--concurrency must be at least 1, got {concurrency}")
     rows = read_query_rows(args.input, args.limit)
-    with eval_command.model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
+    with model_endpoint(args) as endpoint, make_sandbox(args.sandbox) as sandbox:
         settings = {
             "input": str(args.input),
             "model": args.model,
@@ -88,7 +88,7 @@ def run(args: argparse.Namespace) -> int:
             **endpoint,
             temperature=args.temperature,
             max_retries=args.max_retries,
-            max_reply_bytes=eval_command.max_reply_bytes(args),
+            max_reply_bytes=max_reply_bytes(args),
         )
         client = ModelClient(config)
         constructor = ToolConstructor(client, sandbox, max_attempts=args.max_attempts)

@@ -14,9 +14,10 @@ from hopgym.errors import SandboxError
 from hopgym.sandbox import Sandbox
 from hopgym.sandbox.cgroups import resolve_cgroups
 from hopgym.sandbox.isolation import WorkerLimits, resolve_isolation
+from hopgym.sandbox.launcher import ProcessLauncher
+from hopgym.sandbox.limits import cgroup_memory_bytes
 from hopgym.sandbox.pool import Launcher, WorkerHandle
 from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
-from hopgym.sandbox.process import ProcessLauncher, cgroup_memory_bytes
 from tests.attacks.test_attacks import BENIGN, attack
 
 pytestmark = pytest.mark.attack

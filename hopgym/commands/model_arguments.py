@@ -1,0 +1,61 @@
+"""The command-line options that reach a model, shared by ``hopgym eval``, ``hopgym ablate`` and
+``hopgym construct``: its endpoint (``--model``, ``--api-base``, ``--api-key``, ``--timeout``), the request
+fields, the reply cap and how many conversations run at once."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Sequence
+from typing import Any
+
+from hopgym.commands.env_arguments import parse_key_values
+
+DEFAULT_CONCURRENCY = 8
+
+
+def model_extra_from(args: argparse.Namespace) -> dict[str, Any]:
+    """The request fields beyond temperature and max tokens: ``--model-arg`` plus ``--top-p`` and
+    ``--model-seed``."""
+    extra = parse_key_values(args.model_arg, "--model-arg")
+    for key, value in (("top_p", args.top_p), ("seed", args.model_seed)):
+        if value is not None:
+            extra[key] = value
+    return extra
+
+
+def max_reply_bytes(args: argparse.Namespace) -> int:
+    """``--max-reply-bytes``, else the model client's default."""
+    from hopgym.agents.model.client import DEFAULT_MAX_REPLY_BYTES
+
+    return DEFAULT_MAX_REPLY_BYTES if args.max_reply_bytes is None else args.max_reply_bytes
+
+
+def api_base_from(bases: Sequence[str] | None) -> str | tuple[str, ...] | None:
+    """``--api-base`` given once, several times (replicas of one model), or not at all."""
+    if not bases:
+        return None
+    return bases[0] if len(bases) == 1 else tuple(bases)
+
+
+def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManager[dict[str, Any]]:
+    """ModelConfig fields of ``--model`` and its server (agents/model/endpoint.py); ``local`` runs the
+    embedded server meanwhile."""
+    from hopgym.agents.model.endpoint import model_endpoint as endpoint
+
+    executor = getattr(args, "executor", "local")
+    return endpoint(
+        args.model, api_base_from(args.api_base), args.api_key, args.max_tokens, args.timeout, executor
+    )
+
+
+def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY) -> int:
+    """``--concurrency``, else ``default``, or for the local model ``LOCAL_CONCURRENCY`` (its one llama
+    context serves one conversation well; concurrent ones evict each other's prompt cache)."""
+    if args.concurrency is not None:
+        return args.concurrency
+    if args.model == "local":
+        from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
+
+        return LOCAL_CONCURRENCY
+    return default
