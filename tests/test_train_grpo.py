@@ -278,6 +278,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
     """ToolHop offers each query its own tools: the dataset keeps them per row, each episode's prompt lists
     its row's tools, its call runs in the sandbox with that task's code, and the answer is scored by the
     env; the rewards equal the env's for the same replies."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
     from hopgym.train.dataset import task_dataset
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rewards import env_reward
@@ -299,7 +300,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
         call = json.dumps({"name": gold.name, "arguments": gold.arguments})
         return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
 
-    rollout = HopgymRollout(lambda: gym.make("ToolHop-v0"), load_tokenizer("local"))
+    rollout = HopgymRollout(Rollouts("ToolHop-v0", concurrency=3), load_tokenizer("local"))
     try:
         output = rollout(list(dataset["prompt"]), ScriptedTrainer(rollout.tokenizer, reply))
     finally:
@@ -314,3 +315,15 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
         assert answer_turn["terminated"] and record["ended"] and record["correct"] is True
         assert 0 in mask and mask[0] == mask[-1] == 1  # the tool result's tokens carry no loss
     assert env_reward(hopgym=records) == [1.0, 1.0, 1.0]
+
+
+def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
+    """Not a hopgym chat env: refused before any training, naming the env and the protocol played."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.train.rollout import HopgymRollout
+
+    rollouts = Rollouts("CartPole-v1", concurrency=1)
+    with pytest.raises(ConfigError, match="CartPole-v1") as refused:
+        HopgymRollout(rollouts, tokenizer=None)
+    rollouts.shutdown()
+    assert "CartPole-v1" in str(refused.value) and "native tool calls" in str(refused.value)
