@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from hopgym.commands import add_actions
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
@@ -16,8 +17,7 @@ INSTALL_HINT = "pip install 'hopgym[train]'"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     defaults = TrainConfig(out=Path("."))
-    parser = subparsers.add_parser("train", help="train a model on an env's rewards (GRPO with TRL)")
-    actions = parser.add_subparsers(dest="train_command", required=True, metavar="ACTION")
+    actions = add_actions(subparsers, "train", "train a model on an env's rewards (GRPO with TRL)")
     grpo = actions.add_parser(
         "grpo",
         help="GRPO: each completion is an env episode; its calls run in the sandbox",
