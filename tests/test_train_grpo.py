@@ -232,12 +232,14 @@ def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_t
 
 
 def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_weights():
-    turn = {"text": "", "action": "", "well_formed": True, "reward": 0.0}
-    turn |= {"terminated": False, "truncated": False}
+    """The format term is earned by a well-formed tool call only: a plain answer, however well formed,
+    earns nothing but its correctness, and a call cut by the token budget earns no format."""
+    turn = {"text": "", "well_formed": True, "reward": 0.0, "terminated": False, "truncated": False}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}
     calls = [{"status": "ok"}, {"status": "tool_hallucination"}]
     record = {
         "task_id": "t",
-        "turns": [{**turn, "calls": calls}, {**turn, "well_formed": False, "calls": []}],
+        "turns": [{**turn, "action": call, "calls": calls}, {**turn, "action": "Paris", "calls": []}],
         "reward": 1.0,
         "ended": True,
         "correct": True,
@@ -245,8 +247,11 @@ def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_wei
         "env_seconds": 0.0,
     }
     reward = ShapedReward(format_weight=0.4, call_weights={"ok": 1.0}, correct_weight=2.0)
-    assert reward.terms(record) == {"format": 0.5, "calls": (1.0 - 0.5) / 2, "correct": 1.0}
-    assert reward(hopgym=[record]) == [0.4 * 0.5 + 0.25 + 2.0]
+    assert reward.terms(record) == {"format": 1.0, "calls": (1.0 - 0.5) / 2, "correct": 1.0}
+    assert reward(hopgym=[record]) == [0.4 * 1.0 + 0.25 + 2.0]
+    answered_at_once = {**record, "turns": [{**turn, "action": "Paris", "calls": []}], "reward": 0.0}
+    cut_call = {**record, "turns": [{**turn, "action": call, "well_formed": False, "calls": calls}]}
+    assert reward.terms(answered_at_once)["format"] == reward.terms(cut_call)["format"] == 0.0
     with pytest.raises(ConfigError, match="unknown statuses"):
         ShapedReward(call_weights={"fine": 1.0})
 
