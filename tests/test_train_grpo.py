@@ -332,3 +332,30 @@ def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
         HopgymRollout(rollouts, tokenizer=None)
     rollouts.shutdown()
     assert "CartPole-v1" in str(refused.value) and "native tool calls" in str(refused.value)
+
+
+def test_the_call_example_is_a_call_the_rollout_parses_and_the_env_accepts():
+    """--call-example writes a call of the first offered tool into the system message: the same text as a
+    reply parses (TRL's parser, as the rollout reads replies) into a call of that tool, which the env
+    validates against its schema (the placeholder argument is a string it accepts)."""
+    from trl.chat_template_utils import parse_response
+
+    from hopgym.train.model import load_tokenizer
+    from hopgym.train.rollout import with_call_example
+
+    env = gym.make("KGTool-v0", **ENV_KWARGS)
+    try:
+        observation, _ = env.reset(options={"index": 0})
+        shown = with_call_example(observation["messages"], observation["tools"])
+        assert shown[1:] == observation["messages"][1:] and len(shown) == len(observation["messages"])
+        block = "<tool_call>" + shown[0]["content"].rsplit("<tool_call>", 1)[1]
+        tokenizer = load_tokenizer("local")
+        ids = tokenizer(block + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        header = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        message = parse_response(tokenizer, ids, prefix=header, tools=observation["tools"])
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == observation["tools"][0]["function"]["name"]
+        _, _, _, _, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
+        assert info["calls"][0]["status"] == "tool_error"  # valid arguments, run: no such entity
+    finally:
+        env.close()

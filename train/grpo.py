@@ -152,7 +152,9 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     first = make_env(config.env_id, config.env_kwargs)
     try:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
-        rollout = HopgymRollout(episodes, tokenizer, on_rollout=log.collect, first_env=first)
+        rollout = HopgymRollout(
+            episodes, tokenizer, on_rollout=log.collect, first_env=first, call_example=config.call_example
+        )
     except BaseException:
         first.close()
         episodes.shutdown()

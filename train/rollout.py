@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
@@ -46,6 +47,8 @@ RECORD_FIELD = "hopgym"
 """The rollout output field (and so the reward functions' keyword) holding the episode records."""
 CALL_MARKER = "<tool_call>"
 """Text that shows a reply tried to call a tool (the ChatML / Qwen2.5 / Hermes call format)."""
+CALL_EXAMPLE = "\n\nFor example, to call {name}, reply with only:\n<tool_call>\n{call}\n</tool_call>"
+"""The one-shot call shown with ``call_example`` (the chat template's tool list states the format only)."""
 PROTOCOL = "native tool calls (the fc agent: <tool_call> blocks in the reply, tool messages back)"
 """What the rollout plays, as its refusals name it."""
 
@@ -95,6 +98,26 @@ def check_env(env: gym.Env, env_id: str) -> None:
         chat_env(env)
     except ConfigError as exc:
         raise ConfigError(f"hopgym train plays {PROTOCOL} on hopgym's chat envs; {env_id}: {exc}") from None
+
+
+def with_call_example(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``messages`` with a call of the first offered tool written out in the system message (a new one when
+    there is none): a 135M model rarely writes a ``<tool_call>`` block from the format's description alone,
+    and an episode without a call earns GRPO no call reward to learn from."""
+    copied = [dict(message) for message in messages]
+    if not tools:
+        return copied
+    function = tools[0]["function"]
+    required = (function.get("parameters") or {}).get("required") or []
+    call = json.dumps({"name": function["name"], "arguments": {name: f"<{name}>" for name in required}})
+    example = CALL_EXAMPLE.format(name=function["name"], call=call)
+    if copied and copied[0].get("role") == "system":
+        copied[0]["content"] = str(copied[0].get("content") or "") + example
+    else:
+        copied.insert(0, {"role": "system", "content": example.strip()})
+    return copied
 
 
 def tool_suffix_messages(
@@ -286,8 +309,10 @@ class HopgymRollout:
         tokenizer: Any,
         on_rollout: Callable[[list[EpisodeRecord], float], None] | None = None,
         first_env: gym.Env | None = None,
+        call_example: bool = False,
     ) -> None:
         self.rollouts = rollouts
+        self.call_example = call_example
         self.tokenizer = tokenizer
         self.on_rollout = on_rollout
         self.__name__ = type(self).__name__
@@ -339,8 +364,10 @@ class HopgymRollout:
         }
 
     def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        """The prompt the model sees: the env's first messages (with a call example if asked) and tools."""
+        shown = with_call_example(messages, tools) if self.call_example else messages
         ids = self.tokenizer.apply_chat_template(
-            messages, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
+            shown, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
         )
         return list(ids)
 
