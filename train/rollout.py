@@ -162,16 +162,17 @@ class _Batch:
     def __init__(self, trainer: Any, episodes: int) -> None:
         self.trainer = trainer
         self.unfinished = episodes
-        self.waiting: list[tuple[list[int], int, asyncio.Future[Reply]]] = []
+        self.waiting: list[tuple[int, list[int], int, asyncio.Future[Reply]]] = []
         self.seconds = 0.0
         self.scored = True
         """Every generation reported its logprobs (vLLM does; transformers' path does not)."""
         self.failure: BaseException | None = None
 
-    async def reply(self, ids: list[int], left: int) -> Reply:
-        """The next reply's token ids (at most ``left``) and their logprobs, for the prompt ``ids``."""
+    async def reply(self, position: int, ids: list[int], left: int) -> Reply:
+        """The next reply's token ids (at most ``left``) and their logprobs, for the prompt ``ids`` of the
+        episode at ``position`` (a batch is generated in episode order, whichever env answered first)."""
         future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
-        self.waiting.append((ids, left, future))
+        self.waiting.append((position, ids, left, future))
         self._generate_if_all_wait()
         return await future
 
@@ -182,31 +183,34 @@ class _Batch:
     def _generate_if_all_wait(self) -> None:
         if not self.waiting or len(self.waiting) < self.unfinished:
             return
-        waiting, self.waiting = self.waiting, []
+        waiting, self.waiting = sorted(self.waiting, key=lambda entry: entry[0]), []
         started = time.perf_counter()
         try:
-            with _new_tokens(self.trainer, max(left for _, left, _ in waiting)):
-                prompts = [ids for ids, _, _ in waiting]
+            with _new_tokens(self.trainer, max(left for _, _, left, _ in waiting)):
+                prompts = [ids for _, ids, _, _ in waiting]
                 new_ids, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
         except Exception as exc:
             self.failure = exc
-            for _, _, future in waiting:
+            for *_, future in waiting:
                 future.set_exception(exc)
             return
         finally:
             self.seconds += time.perf_counter() - started
         self.scored = self.scored and logprobs is not None
-        for position, (_, left, future) in enumerate(waiting):
-            ids = list(new_ids[position])[:left]
-            future.set_result((ids, None if logprobs is None else list(logprobs[position][: len(ids)])))
+        for row, (_, _, left, future) in enumerate(waiting):
+            ids = list(new_ids[row])[:left]
+            future.set_result((ids, None if logprobs is None else list(logprobs[row][: len(ids)])))
 
 
 class _Episode:
     """One completion: the policy :class:`Rollouts` plays its episode with, its token ids so far and its
     record."""
 
-    def __init__(self, rollout: HopgymRollout, batch: _Batch, task_id: str, budget: int) -> None:
+    def __init__(
+        self, rollout: HopgymRollout, batch: _Batch, position: int, task_id: str, budget: int
+    ) -> None:
         self.rollout = rollout
+        self.position = position
         self.batch = batch
         self.budget = budget
         self.prompt_ids: list[int] = []
@@ -252,7 +256,7 @@ class _Episode:
             self._add(suffix, [0.0] * len(suffix), written=False)
         self.seen = len(messages)
         prefix = self.prompt_ids + self.completion_ids
-        ids, logprobs = await self.batch.reply(prefix, self.budget - len(self.completion_ids))
+        ids, logprobs = await self.batch.reply(self.position, prefix, self.budget - len(self.completion_ids))
         self._add(ids, logprobs or [0.0] * len(ids), written=True)
         self.pending = self.rollout.action(ids, prefix, self.tools)
         return self.pending[1]
@@ -335,7 +339,8 @@ class HopgymRollout:
             )
         batch = _Batch(trainer, len(prompts))
         episodes = [
-            _Episode(self, batch, task_of_prompt(prompt), trainer.max_completion_length) for prompt in prompts
+            _Episode(self, batch, i, task_of_prompt(prompt), trainer.max_completion_length)
+            for i, prompt in enumerate(prompts)
         ]
 
         async def play(episode: _Episode) -> Rollout:
