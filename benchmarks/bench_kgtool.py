@@ -14,7 +14,8 @@ import argparse
 import json
 import statistics
 import time
-from pathlib import Path
+
+from _timing import report
 
 from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.tasks.kg2tool.export import answer_text
@@ -69,9 +70,7 @@ def main(argv: list[str] | None = None) -> int:
         "oracle_episodes": len(env.tasks),
         "oracle_episodes_per_s": round(len(env.tasks) / episode_seconds, 1),
     }
-    print(json.dumps(figures, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    report(figures, args.out)
     return 0
 
 

@@ -13,10 +13,11 @@ the step. Needs the ``train`` extra. Run from the repo root:
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import tempfile
 from pathlib import Path
+
+from _timing import report
 
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 20, "n_distractors": 0, "max_turns": 2}
 
@@ -73,9 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             train(config)
             steps = read_steps(config.out / STEP_LOG)
     figures = figures_of(steps)
-    print(json.dumps(figures, indent=1))
-    if args.out:
-        Path(args.out).write_text(json.dumps(figures, indent=1), encoding="utf-8")
+    report(figures, args.out)
     return 0
 
 

@@ -232,12 +232,14 @@ def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_t
 
 
 def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_weights():
-    turn = {"text": "", "action": "", "well_formed": True, "reward": 0.0}
-    turn |= {"terminated": False, "truncated": False}
+    """The format term is earned by a well-formed tool call only: a plain answer, however well formed,
+    earns nothing but its correctness, and a call cut by the token budget earns no format."""
+    turn = {"text": "", "well_formed": True, "reward": 0.0, "terminated": False, "truncated": False}
+    call = {"role": "assistant", "content": "", "tool_calls": [{"function": {"name": "f", "arguments": {}}}]}
     calls = [{"status": "ok"}, {"status": "tool_hallucination"}]
     record = {
         "task_id": "t",
-        "turns": [{**turn, "calls": calls}, {**turn, "well_formed": False, "calls": []}],
+        "turns": [{**turn, "action": call, "calls": calls}, {**turn, "action": "Paris", "calls": []}],
         "reward": 1.0,
         "ended": True,
         "correct": True,
@@ -245,8 +247,11 @@ def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_wei
         "env_seconds": 0.0,
     }
     reward = ShapedReward(format_weight=0.4, call_weights={"ok": 1.0}, correct_weight=2.0)
-    assert reward.terms(record) == {"format": 0.5, "calls": (1.0 - 0.5) / 2, "correct": 1.0}
-    assert reward(hopgym=[record]) == [0.4 * 0.5 + 0.25 + 2.0]
+    assert reward.terms(record) == {"format": 1.0, "calls": (1.0 - 0.5) / 2, "correct": 1.0}
+    assert reward(hopgym=[record]) == [0.4 * 1.0 + 0.25 + 2.0]
+    answered_at_once = {**record, "turns": [{**turn, "action": "Paris", "calls": []}], "reward": 0.0}
+    cut_call = {**record, "turns": [{**turn, "action": call, "well_formed": False, "calls": calls}]}
+    assert reward.terms(answered_at_once)["format"] == reward.terms(cut_call)["format"] == 0.0
     with pytest.raises(ConfigError, match="unknown statuses"):
         ShapedReward(call_weights={"fine": 1.0})
 
@@ -278,6 +283,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
     """ToolHop offers each query its own tools: the dataset keeps them per row, each episode's prompt lists
     its row's tools, its call runs in the sandbox with that task's code, and the answer is scored by the
     env; the rewards equal the env's for the same replies."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
     from hopgym.train.dataset import task_dataset
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rewards import env_reward
@@ -299,7 +305,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
         call = json.dumps({"name": gold.name, "arguments": gold.arguments})
         return f"<tool_call>\n{call}\n</tool_call><|im_end|>"
 
-    rollout = HopgymRollout(lambda: gym.make("ToolHop-v0"), load_tokenizer("local"))
+    rollout = HopgymRollout(Rollouts("ToolHop-v0", concurrency=3), load_tokenizer("local"))
     try:
         output = rollout(list(dataset["prompt"]), ScriptedTrainer(rollout.tokenizer, reply))
     finally:
@@ -314,3 +320,42 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
         assert answer_turn["terminated"] and record["ended"] and record["correct"] is True
         assert 0 in mask and mask[0] == mask[-1] == 1  # the tool result's tokens carry no loss
     assert env_reward(hopgym=records) == [1.0, 1.0, 1.0]
+
+
+def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
+    """Not a hopgym chat env: refused before any training, naming the env and the protocol played."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.train.rollout import HopgymRollout
+
+    rollouts = Rollouts("CartPole-v1", concurrency=1)
+    with pytest.raises(ConfigError, match="CartPole-v1") as refused:
+        HopgymRollout(rollouts, tokenizer=None)
+    rollouts.shutdown()
+    assert "CartPole-v1" in str(refused.value) and "native tool calls" in str(refused.value)
+
+
+def test_the_call_example_is_a_call_the_rollout_parses_and_the_env_accepts():
+    """--call-example writes a call of the first offered tool into the system message: the same text as a
+    reply parses (TRL's parser, as the rollout reads replies) into a call of that tool, which the env
+    validates against its schema (the placeholder argument is a string it accepts)."""
+    from trl.chat_template_utils import parse_response
+
+    from hopgym.train.model import load_tokenizer
+    from hopgym.train.rollout import with_call_example
+
+    env = gym.make("KGTool-v0", **ENV_KWARGS)
+    try:
+        observation, _ = env.reset(options={"index": 0})
+        shown = with_call_example(observation["messages"], observation["tools"])
+        assert shown[1:] == observation["messages"][1:] and len(shown) == len(observation["messages"])
+        block = "<tool_call>" + shown[0]["content"].rsplit("<tool_call>", 1)[1]
+        tokenizer = load_tokenizer("local")
+        ids = tokenizer(block + "<|im_end|>", add_special_tokens=False)["input_ids"]
+        header = tokenizer("<|im_start|>assistant\n", add_special_tokens=False)["input_ids"]
+        message = parse_response(tokenizer, ids, prefix=header, tools=observation["tools"])
+        (call,) = message["tool_calls"]
+        assert call["function"]["name"] == observation["tools"][0]["function"]["name"]
+        _, _, _, _, info = env.step({"role": "assistant", "content": "", "tool_calls": [call]})
+        assert info["calls"][0]["status"] == "tool_error"  # valid arguments, run: no such entity
+    finally:
+        env.close()

@@ -35,6 +35,8 @@ class TrainConfig:
     beta: float = 0.0
     save_steps: int = 10
     save_total_limit: int = 2
+    call_example: bool = False
+    """Show a call of the first offered tool in the system prompt (see ``hopgym.train.rollout``)."""
     train_layers: int | None = None
     """Train only the last N decoder layers and the final norm (None: the whole model). On a CPU the backward
     pass then stops N layers deep: a step costs about half as much with N=6 of SmolLM2's 30."""

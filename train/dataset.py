@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.agents.evaluation.rollouts import task_starts
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
 from hopgym.tasks.sampling import stratified_sample, task_stratum
@@ -38,18 +39,11 @@ def select_tasks(
 def task_rows(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]:
     """One row per task index, from the observation and ``info`` of the env's reset on it."""
     rows = []
-    for index in indices:
-        observation, info = env.reset(options={"index": index})
-        messages = [dict(message) for message in observation["messages"]]
-        messages[-1][TASK_KEY] = str(info["task_id"])
-        rows.append(
-            {
-                "prompt": messages,
-                "task_id": str(info["task_id"]),
-                "index": int(index),
-                "tools": json.dumps(observation["tools"], ensure_ascii=False),
-            }
-        )
+    for start in task_starts(env, indices):
+        start.messages[-1][TASK_KEY] = start.task_id
+        tools = json.dumps(start.tools, ensure_ascii=False)
+        row = {"prompt": start.messages, "task_id": start.task_id, "index": start.index, "tools": tools}
+        rows.append(row)
     return rows
 
 

@@ -9,7 +9,6 @@ the step count and the log go on as if the run had stopped at that checkpoint.
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 import shutil
@@ -18,7 +17,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.agents.evaluation.rollouts import Rollouts, make_env
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.errors import ConfigError, DataError
 from hopgym.train.config import TrainConfig
@@ -146,22 +145,26 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(config.threads)
-    new_env = functools.partial(make_env, config.env_id, config.env_kwargs)
-    first = new_env()
-    try:
-        dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
-    finally:
-        first.close()
-    start_out(config, checkpoint)
     tokenizer = load_tokenizer(config.model)
     rewards = rewards_of(config)
     log = StepLog(config.out / STEP_LOG, rewards, group=config.num_generations)
-    rollout = HopgymRollout(new_env, tokenizer, on_rollout=log.collect)
-    trained = {name: function for name, (function, weight) in rewards.items() if weight}
-    model = load_model(config.model)
-    if config.train_layers is not None:
-        freeze_below(model, config.train_layers)
+    episodes = Rollouts(config.env_id, config.env_kwargs, config.tasks_per_step * config.num_generations)
+    first = make_env(config.env_id, config.env_kwargs)
     try:
+        dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
+        rollout = HopgymRollout(
+            episodes, tokenizer, on_rollout=log.collect, first_env=first, call_example=config.call_example
+        )
+    except BaseException:
+        first.close()
+        episodes.shutdown()
+        raise
+    trained = {name: function for name, (function, weight) in rewards.items() if weight}
+    try:
+        start_out(config, checkpoint)
+        model = load_model(config.model)
+        if config.train_layers is not None:
+            freeze_below(model, config.train_layers)
         trainer = GRPOTrainer(
             model=model,
             reward_funcs=list(trained.values()),

@@ -6,12 +6,14 @@ returns each completion's :class:`~hopgym.train.rollout.EpisodeRecord` under ``h
 - :func:`env_reward`: the env's own reward of the episode (its official scoring: 1.0 for a correct final
   answer, else 0.0; 0.0 for an episode the token budget cut before it ended).
 - :class:`ShapedReward`: ``format_weight * format + mean(call_weights[status]) + correct_weight * reward``.
-  ``format`` is the fraction of the episode's turns that were well formed (a reply that ended and is tool
-  calls that parsed, or a plain answer with no broken call in it); the call term averages, over every call
-  the env recorded, the weight of its ``status`` (``ok``, each invocation-error type, ``tool_error``, ...:
-  docs/contracts.md "Call records"), 0.0 without calls; ``reward`` is the env's reward. As in ToolRL
-  (arXiv 2504.13958), format and valid calls give a small model a gradient long before its answers are
-  right; correctness still dominates (weight 1.0 against at most 0.2 + 0.5).
+  ``format`` is 1.0 when a turn of the episode was a well-formed tool call (a reply that ended with its
+  end-of-turn token and parsed into valid tool calls), else 0.0: as in ToolRL (arXiv 2504.13958) and
+  Tool-N1, only the call format earns, so a model cannot collect it by answering at once without a call
+  (a plain answer earns only through ``reward``). The call term averages, over every call the env
+  recorded, the weight of its ``status`` (``ok``, each invocation-error type, ``tool_error``, ...:
+  docs/contracts.md "Call records"), 0.0 without calls; ``reward`` is the env's reward. Format and valid
+  calls give a small model a gradient long before its answers are right; correctness still dominates
+  (weight 1.0 against at most 0.2 + 0.5).
 """
 
 from __future__ import annotations
@@ -78,7 +80,7 @@ class ShapedReward:
         turns = record["turns"]
         statuses = [call["status"] for turn in turns for call in turn["calls"]]
         return {
-            "format": sum(turn["well_formed"] for turn in turns) / len(turns) if turns else 0.0,
+            "format": float(any(turn["well_formed"] and isinstance(turn["action"], dict) for turn in turns)),
             "calls": sum(self.call_weights[s] for s in statuses) / len(statuses) if statuses else 0.0,
             "correct": record["reward"],
         }

@@ -3,14 +3,21 @@
 TRL's own tool loop (``tools=`` / ``environment_factory``) calls Python methods, one global tool list per
 run (per-sample tools are an open pull request), and judges calls itself. ToolHop offers each query its
 own tools, and a hopgym reward must come from the env's own validation, sandbox and scoring, so here the
-env runs each turn: the completion's reply is parsed with TRL's parser for the chat template
-(``parse_response``), sent to ``env.step`` as an assistant message (its calls validated, classified and
-run in the sandbox; a reply without a call is the final answer), and the env's new ``tool`` messages are
-appended as tokens the model did not write (``env_mask`` 0, no loss on them). Turns go on until the env
-ends the episode (its answer rule, its ``max_turns``) or the completion's token budget is spent.
+env runs each turn: the episodes are played by :class:`~hopgym.agents.evaluation.rollouts.Rollouts` (the
+one episode loop, envs in worker threads), with a policy that asks the trainer for the reply. The reply
+is parsed with TRL's parser for the chat template (``parse_response``) and sent to ``env.step`` as an
+assistant message (its calls validated, classified and run in the sandbox; a reply without a call is the
+final answer); the env's new ``tool`` messages are appended as tokens the model did not write
+(``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule, its
+``max_turns``) or the completion's token budget is spent.
+
+The protocol is the ``fc`` agent's: native tool calls, answered by ``tool`` messages. An env that is not
+one of hopgym's chat envs is refused when the rollout is made (CodeAct's code actions, whose output comes
+back as a ``user`` message, are never sent: the model's reply is parsed as tool calls only).
 
 Generation is the trainer's own (``_generate_single_turn``: ``transformers`` on CPU, vLLM when
-``use_vllm`` is set), batched over the episodes still running; the tool-result tokens come from TRL's own
+``use_vllm`` is set), batched over the episodes still running: a turn's generation starts once every
+unfinished episode asks for its reply. The tool-result tokens come from TRL's own
 ``_get_tool_suffix_ids``. Both are private methods of the pinned TRL (``pyproject.toml``'s ``train``
 extra); the tests run them.
 
@@ -21,21 +28,29 @@ reward, termination, metrics) is returned as the ``hopgym`` field, which TRL han
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
 import gymnasium as gym
 
+from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.envs.calls import CallRecord
-from hopgym.errors import ActionError, ConfigError
+from hopgym.envs.chat import chat_env, checked_action
+from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
 from hopgym.train.dataset import task_of_prompt
 
 RECORD_FIELD = "hopgym"
 """The rollout output field (and so the reward functions' keyword) holding the episode records."""
 CALL_MARKER = "<tool_call>"
 """Text that shows a reply tried to call a tool (the ChatML / Qwen2.5 / Hermes call format)."""
+CALL_EXAMPLE = "\n\nFor example, to call {name}, reply with only:\n<tool_call>\n{call}\n</tool_call>"
+"""The one-shot call shown with ``call_example`` (the chat template's tool list states the format only)."""
+PROTOCOL = "native tool calls (the fc agent: <tool_call> blocks in the reply, tool messages back)"
+"""What the rollout plays, as its refusals name it."""
 
 
 class TurnRecord(TypedDict):
@@ -51,6 +66,7 @@ class TurnRecord(TypedDict):
     calls: list[CallRecord]
     """``info["calls"]`` of the step: each call's status, errors, feedback."""
     reward: float
+    """The step's reward: the env's reward on the turn that ended the episode, 0.0 before (the contract)."""
     terminated: bool
     truncated: bool
 
@@ -71,75 +87,37 @@ class EpisodeRecord(TypedDict):
     """Wall time spent in ``env.reset`` and ``env.step`` (sandboxed calls included)."""
 
 
-class EnvPool:
-    """Envs for the episodes of one generation batch, made on demand and reused across batches (an env
-    holds one episode at a time, and each keeps its own sandbox workers ready)."""
-
-    def __init__(self, make_env: Callable[[], gym.Env]) -> None:
-        self._make_env = make_env
-        self.envs: list[gym.Env] = []
-
-    def take(self, count: int) -> list[gym.Env]:
-        while len(self.envs) < count:
-            self.envs.append(self._make_env())
-        return self.envs[:count]
-
-    def close(self) -> None:
-        for env in self.envs:
-            env.close()
-        self.envs = []
+class _OutOfTokens(ModelError):
+    """The completion's token budget cannot hold the env's reply and an answer: the episode stops unended
+    (a model error to :class:`Rollouts`, which keeps the env)."""
 
 
-class _Episode:
-    """A running episode: its env, token ids so far and its record."""
+def check_env(env: gym.Env, env_id: str) -> None:
+    """Refuse, before any training, an env the rollout cannot play (see the module docstring)."""
+    try:
+        chat_env(env)
+    except ConfigError as exc:
+        raise ConfigError(f"hopgym train plays {PROTOCOL} on hopgym's chat envs; {env_id}: {exc}") from None
 
-    def __init__(self, env: gym.Env, task_id: str) -> None:
-        self.env = env
-        started = time.perf_counter()
-        observation, _ = env.reset(options={"task_id": task_id})
-        self.messages: list[dict[str, Any]] = list(observation["messages"])
-        self.tools: list[dict[str, Any]] = list(observation["tools"])
-        self.completion_ids: list[int] = []
-        self.env_mask: list[int] = []
-        self.logprobs: list[float] = []
-        self.record: EpisodeRecord = {
-            "task_id": task_id,
-            "turns": [],
-            "reward": 0.0,
-            "ended": False,
-            "correct": None,
-            "metrics": None,
-            "env_seconds": time.perf_counter() - started,
-        }
 
-    def step(self, action: dict[str, Any] | str, text: str, well_formed: bool) -> list[dict[str, Any]]:
-        """Send the turn to the env; return the messages the env added after the assistant message."""
-        started = time.perf_counter()
-        try:
-            observation, reward, terminated, truncated, info = self.env.step(action)
-        except ActionError:  # parsed into no valid action: the reply is a plain-text final answer
-            action, well_formed = text, False
-            observation, reward, terminated, truncated, info = self.env.step(action)
-        self.record["env_seconds"] += time.perf_counter() - started
-        self.record["turns"].append(
-            {
-                "text": text,
-                "action": action,
-                "well_formed": well_formed,
-                "calls": list(info["calls"]),
-                "reward": float(reward),
-                "terminated": bool(terminated),
-                "truncated": bool(truncated),
-            }
-        )
-        added = list(observation["messages"])[len(self.messages) + 1 :]
-        self.messages = list(observation["messages"])
-        if terminated or truncated:
-            self.record["reward"] = float(reward)
-            self.record["ended"] = True
-            self.record["correct"] = bool(info["correct"]) if "correct" in info else None
-            self.record["metrics"] = info.get("metrics")
-        return added
+def with_call_example(
+    messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """``messages`` with a call of the first offered tool written out in the system message (a new one when
+    there is none): a 135M model rarely writes a ``<tool_call>`` block from the format's description alone,
+    and an episode without a call earns GRPO no call reward to learn from."""
+    copied = [dict(message) for message in messages]
+    if not tools:
+        return copied
+    function = tools[0]["function"]
+    required = (function.get("parameters") or {}).get("required") or []
+    call = json.dumps({"name": function["name"], "arguments": {name: f"<{name}>" for name in required}})
+    example = CALL_EXAMPLE.format(name=function["name"], call=call)
+    if copied and copied[0].get("role") == "system":
+        copied[0]["content"] = str(copied[0].get("content") or "") + example
+    else:
+        copied.insert(0, {"role": "system", "content": example.strip()})
+    return copied
 
 
 def tool_suffix_messages(
@@ -149,9 +127,7 @@ def tool_suffix_messages(
     which ToolHop's official protocol leaves out, as the official code does)."""
     if any(message.get("role") != "tool" for message in added):
         roles = sorted({str(message.get("role")) for message in added})
-        raise ConfigError(
-            f"the env answered a turn with {roles} messages; the rollout renders tool results only"
-        )
+        raise HopgymError(f"the env answered tool calls with {roles} messages, not tool messages only")
     names = [str(call["name"]) for call in calls]
     return [
         {**message, "name": message.get("name") or (names[i] if i < len(names) else "tool")}
@@ -175,104 +151,253 @@ def _new_tokens(trainer: Any, count: int) -> Iterator[None]:
         config.max_new_tokens = kept
 
 
+Reply = tuple[list[int], list[float] | None]
+"""A generated reply's token ids and, when the generation reports them, their logprobs."""
+
+
+class _Batch:
+    """The generation of one rollout call: each episode asks for its next reply; once every unfinished
+    episode asks, one trainer call answers them all."""
+
+    def __init__(self, trainer: Any, episodes: int) -> None:
+        self.trainer = trainer
+        self.unfinished = episodes
+        self.waiting: list[tuple[int, list[int], int, asyncio.Future[Reply]]] = []
+        self.seconds = 0.0
+        self.scored = True
+        """Every generation reported its logprobs (vLLM does; transformers' path does not)."""
+        self.failure: BaseException | None = None
+
+    async def reply(self, position: int, ids: list[int], left: int) -> Reply:
+        """The next reply's token ids (at most ``left``) and their logprobs, for the prompt ``ids`` of the
+        episode at ``position`` (a batch is generated in episode order, whichever env answered first)."""
+        future: asyncio.Future[Reply] = asyncio.get_running_loop().create_future()
+        self.waiting.append((position, ids, left, future))
+        self._generate_if_all_wait()
+        return await future
+
+    def finished(self) -> None:
+        self.unfinished -= 1
+        self._generate_if_all_wait()
+
+    def _generate_if_all_wait(self) -> None:
+        if not self.waiting or len(self.waiting) < self.unfinished:
+            return
+        waiting, self.waiting = sorted(self.waiting, key=lambda entry: entry[0]), []
+        started = time.perf_counter()
+        try:
+            with _new_tokens(self.trainer, max(left for _, _, left, _ in waiting)):
+                prompts = [ids for _, ids, _, _ in waiting]
+                new_ids, logprobs = self.trainer._generate_single_turn(prompts, None, {}, 1)
+        except Exception as exc:
+            self.failure = exc
+            for *_, future in waiting:
+                future.set_exception(exc)
+            return
+        finally:
+            self.seconds += time.perf_counter() - started
+        self.scored = self.scored and logprobs is not None
+        for row, (_, _, left, future) in enumerate(waiting):
+            ids = list(new_ids[row])[:left]
+            future.set_result((ids, None if logprobs is None else list(logprobs[row][: len(ids)])))
+
+
+class _Episode:
+    """One completion: the policy :class:`Rollouts` plays its episode with, its token ids so far and its
+    record."""
+
+    def __init__(
+        self, rollout: HopgymRollout, batch: _Batch, position: int, task_id: str, budget: int
+    ) -> None:
+        self.rollout = rollout
+        self.position = position
+        self.batch = batch
+        self.budget = budget
+        self.prompt_ids: list[int] = []
+        self.completion_ids: list[int] = []
+        self.env_mask: list[int] = []
+        self.logprobs: list[float] = []
+        self.tools: list[dict[str, Any]] = []
+        self.seen = 0
+        """Messages of the conversation before the last action."""
+        self.out_of_tokens = False
+        self.pending: tuple[str, dict[str, Any] | str, bool] | None = None
+        """The last turn sent to the env: text, action, well formed."""
+        self.policy_seconds = 0.0
+        self.record: EpisodeRecord = {
+            "task_id": task_id,
+            "turns": [],
+            "reward": 0.0,
+            "ended": False,
+            "correct": None,
+            "metrics": None,
+            "env_seconds": 0.0,
+        }
+
+    async def __call__(self, observation: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any] | str:
+        started = time.perf_counter()
+        try:
+            return await self._act(observation, info)
+        finally:
+            self.policy_seconds += time.perf_counter() - started
+
+    async def _act(self, observation: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any] | str:
+        messages = list(observation["messages"])
+        if self.pending is None:
+            self.tools = list(observation["tools"])
+            self.prompt_ids = self.rollout.prompt_ids(messages, self.tools)
+        else:
+            calls = self._turn_ended(info, 0.0, False, False)
+            added = tool_suffix_messages(messages[self.seen + 1 :], calls)
+            suffix = list(self.batch.trainer._get_tool_suffix_ids(added))
+            if len(self.completion_ids) + len(suffix) >= self.budget:
+                self.out_of_tokens = True
+                raise _OutOfTokens("no room left in the completion for the env's reply and an answer")
+            self._add(suffix, [0.0] * len(suffix), written=False)
+        self.seen = len(messages)
+        prefix = self.prompt_ids + self.completion_ids
+        ids, logprobs = await self.batch.reply(self.position, prefix, self.budget - len(self.completion_ids))
+        self._add(ids, logprobs or [0.0] * len(ids), written=True)
+        self.pending = self.rollout.action(ids, prefix, self.tools)
+        return self.pending[1]
+
+    def _add(self, ids: list[int], logprobs: list[float], written: bool) -> None:
+        self.completion_ids += ids
+        self.env_mask += [int(written)] * len(ids)
+        self.logprobs += logprobs
+
+    def _turn_ended(
+        self, info: Mapping[str, Any], reward: float, terminated: bool, truncated: bool
+    ) -> list[CallRecord]:
+        assert self.pending is not None
+        text, action, well_formed = self.pending
+        calls = list(info.get("calls") or [])
+        self.record["turns"].append(
+            {
+                "text": text,
+                "action": action,
+                "well_formed": well_formed,
+                "calls": calls,
+                "reward": reward,
+                "terminated": terminated,
+                "truncated": truncated,
+            }
+        )
+        return calls
+
+    def finish(self, played: Rollout) -> None:
+        """Fill the record from the played episode (its last step's ``info``, reward and ending)."""
+        if played.error is not None and not self.out_of_tokens:
+            raise HopgymError(f"episode of {self.record['task_id']} failed: {played.error}")
+        ended = played.terminated or played.truncated
+        if ended:
+            self._turn_ended(played.info, played.reward, played.terminated, played.truncated)
+            self.record["reward"] = played.reward
+            self.record["ended"] = True
+            self.record["correct"] = bool(played.info["correct"]) if "correct" in played.info else None
+            self.record["metrics"] = played.info.get("metrics")
+        self.record["env_seconds"] = max(0.0, played.latency_ms / 1000 - self.policy_seconds)
+
+
 class HopgymRollout:
     """``rollout_func(prompts, trainer)`` for ``GRPOTrainer``: each prompt (a row of
     :func:`hopgym.train.dataset.task_dataset`, repeated once per generation by TRL's sampler) becomes one
-    episode of an env made by ``make_env``. ``on_rollout`` receives each batch's records and the seconds
-    spent generating (the step log and the benchmark read them)."""
+    episode played by ``rollouts`` (whose ``concurrency`` must hold a whole generation batch: every episode
+    of a turn is generated at once). ``first_env`` (one already made for the dataset) joins its pool.
+    ``on_rollout`` receives each batch's records and the seconds spent generating (the step log and the
+    benchmark read them)."""
 
     def __init__(
         self,
-        make_env: Callable[[], gym.Env],
+        rollouts: Rollouts,
         tokenizer: Any,
         on_rollout: Callable[[list[EpisodeRecord], float], None] | None = None,
+        first_env: gym.Env | None = None,
+        call_example: bool = False,
     ) -> None:
-        self.pool = EnvPool(make_env)
+        self.rollouts = rollouts
+        self.call_example = call_example
         self.tokenizer = tokenizer
         self.on_rollout = on_rollout
         self.__name__ = type(self).__name__
+        self._loop = asyncio.new_event_loop()
+        first = first_env if first_env is not None else rollouts.make_env()
+        try:
+            check_env(first, rollouts.env_id)
+        except ConfigError:
+            if first_env is None:
+                first.close()
+            self._loop.close()
+            raise
+        self._loop.run_until_complete(rollouts.start(first_env=first))
 
     def __call__(self, prompts: Sequence[Any], trainer: Any) -> dict[str, Any]:
-        from trl.chat_template_utils import parse_response
+        if len(prompts) > self.rollouts.concurrency:
+            raise ConfigError(
+                f"a generation batch of {len(prompts)} episodes needs as many envs; the rollout has "
+                f"{self.rollouts.concurrency} (Rollouts' concurrency)"
+            )
+        batch = _Batch(trainer, len(prompts))
+        episodes = [
+            _Episode(self, batch, i, task_of_prompt(prompt), trainer.max_completion_length)
+            for i, prompt in enumerate(prompts)
+        ]
 
-        task_ids = [task_of_prompt(prompt) for prompt in prompts]
-        envs = self.pool.take(len(prompts))
-        episodes = [_Episode(env, task_id) for env, task_id in zip(envs, task_ids, strict=True)]
-        prompt_ids = [self._prompt_ids(episode) for episode in episodes]
-        budget = trainer.max_completion_length
-        running = list(range(len(episodes)))
-        generation_seconds = 0.0
-        scored = True  # the generation reported its logprobs (vLLM does; transformers' path does not)
-        while running:
-            inputs = [prompt_ids[i] + episodes[i].completion_ids for i in running]
-            left = max(budget - len(episodes[i].completion_ids) for i in running)
-            started = time.perf_counter()
-            with _new_tokens(trainer, left):
-                new_ids, new_logprobs = trainer._generate_single_turn(inputs, None, {}, 1)
-            generation_seconds += time.perf_counter() - started
-            scored = scored and new_logprobs is not None
-            still_running = []
-            for position, i in enumerate(running):
-                episode = episodes[i]
-                ids = list(new_ids[position])[: budget - len(episode.completion_ids)]
-                episode.completion_ids += ids
-                episode.env_mask += [1] * len(ids)
-                if new_logprobs is not None:
-                    episode.logprobs += list(new_logprobs[position][: len(ids)])
-                tools = episode.tools or None
-                message = parse_response(self.tokenizer, ids, prefix=inputs[position], tools=tools)
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                action, well_formed = self._action(message, text, finished=self._ends_turn(ids))
-                added = episode.step(action, text, well_formed)
-                if episode.record["ended"]:
-                    continue
-                suffix = trainer._get_tool_suffix_ids(
-                    tool_suffix_messages(added, episode.record["turns"][-1]["calls"])
-                )
-                if len(episode.completion_ids) + len(suffix) >= budget:
-                    continue  # no room to answer: the episode stays unended (reward 0.0)
-                episode.completion_ids += suffix
-                episode.env_mask += [0] * len(suffix)
-                episode.logprobs += [0.0] * len(suffix)
-                still_running.append(i)
-            running = still_running
+        async def play(episode: _Episode) -> Rollout:
+            try:
+                return await self.rollouts.episode(episode, {"task_id": episode.record["task_id"]})
+            finally:
+                batch.finished()
+
+        async def play_all() -> list[Rollout]:
+            return list(await asyncio.gather(*(play(episode) for episode in episodes)))
+
+        played = self._loop.run_until_complete(play_all())
+        if batch.failure is not None:
+            raise batch.failure
+        for episode, result in zip(episodes, played, strict=True):
+            episode.finish(result)
         records = [episode.record for episode in episodes]
         if self.on_rollout is not None:
-            self.on_rollout(records, generation_seconds)
+            self.on_rollout(records, batch.seconds)
         return {
-            "prompt_ids": prompt_ids,
+            "prompt_ids": [episode.prompt_ids for episode in episodes],
             "completion_ids": [episode.completion_ids for episode in episodes],
-            "logprobs": [episode.logprobs for episode in episodes] if scored else None,
+            "logprobs": [episode.logprobs for episode in episodes] if batch.scored else None,
             "env_mask": [episode.env_mask for episode in episodes],
             RECORD_FIELD: records,
         }
 
-    def _prompt_ids(self, episode: _Episode) -> list[int]:
+    def prompt_ids(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]) -> list[int]:
+        """The prompt the model sees: the env's first messages (with a call example if asked) and tools."""
+        shown = with_call_example(messages, tools) if self.call_example else messages
         ids = self.tokenizer.apply_chat_template(
-            episode.messages,
-            tools=episode.tools or None,
-            add_generation_prompt=True,
-            tokenize=True,
-            return_dict=False,
+            shown, tools=tools or None, add_generation_prompt=True, tokenize=True, return_dict=False
         )
         return list(ids)
 
-    def _ends_turn(self, ids: Sequence[int]) -> bool:
-        return bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+    def action(
+        self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]
+    ) -> tuple[str, dict[str, Any] | str, bool]:
+        """The decoded reply, the env action it makes and whether it was well formed (see
+        :class:`TurnRecord`). A reply that parses into no valid action is a plain-text final answer."""
+        from trl.chat_template_utils import parse_response
 
-    @staticmethod
-    def _action(message: Mapping[str, Any], text: str, finished: bool) -> tuple[dict[str, Any] | str, bool]:
-        """The env action of a parsed reply and whether the reply was well formed (see
-        :class:`TurnRecord`)."""
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        finished = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
+        message = parse_response(self.tokenizer, ids, prefix=prefix, tools=tools or None)
         calls = message.get("tool_calls") or []
         if calls:
-            return {
-                "role": "assistant",
-                "content": message.get("content") or "",
-                "tool_calls": calls,
-            }, finished
+            action = {"role": "assistant", "content": message.get("content") or "", "tool_calls": calls}
+            try:
+                return text, checked_action(action), finished
+            except ActionError:
+                return text, text, False
         content = str(message.get("content") or "")
-        return content, finished and CALL_MARKER not in content and bool(content.strip())
+        return text, content, finished and CALL_MARKER not in content and bool(content.strip())
 
     def close(self) -> None:
-        self.pool.close()
+        try:
+            self._loop.run_until_complete(self.rollouts.close())
+        finally:
+            self._loop.close()

@@ -24,8 +24,7 @@ import gymnasium as gym
 import verifiers as vf
 from datasets import Dataset
 
-from hopgym.agents.evaluation.rollouts import Rollouts
-from hopgym.envs.chat import chat_env
+from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
@@ -52,11 +51,11 @@ def tool_def(tool: Mapping[str, Any]) -> dict[str, Any]:
 def task_rows(env: gym.Env) -> Dataset:
     """One row per task of ``env``: the first observation's messages and the row's tools."""
     rows: dict[str, list[Any]] = {"prompt": [], "info": []}
-    for index in range(len(chat_env(env).tasks)):
-        observation, info = env.reset(options={"index": index})
-        rows["prompt"].append([{"role": m["role"], "content": m["content"]} for m in observation["messages"]])
-        tools = [tool_def(tool) for tool in observation["tools"]]
-        rows["info"].append(json.dumps({"index": index, "task_id": info["task_id"], "tool_defs": tools}))
+    for start in task_starts(env):
+        rows["prompt"].append([{"role": m["role"], "content": m["content"]} for m in start.messages])
+        tools = [tool_def(tool) for tool in start.tools]
+        info = {"index": start.index, "task_id": start.task_id, "tool_defs": tools}
+        rows["info"].append(json.dumps(info))
     return Dataset.from_dict(rows)
 
 

@@ -269,3 +269,25 @@ class Rollouts:
                 )
             )
         )
+
+
+@dataclass(frozen=True)
+class TaskStart:
+    """A task's first observation, as a trainer's dataset row is made from it."""
+
+    index: int
+    task_id: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+
+
+def task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> list[TaskStart]:
+    """The first observation and id of each task at ``indices`` (default: every task), from ``env``'s reset
+    on it: the prompt and tools an episode of the task starts with."""
+    starts = []
+    for index in range(len(chat_env(env).tasks)) if indices is None else indices:
+        observation, info = env.reset(options={"index": index})
+        messages = [dict(message) for message in observation["messages"]]
+        tools = [dict(tool) for tool in observation["tools"]]
+        starts.append(TaskStart(int(index), str(info["task_id"]), messages, tools))
+    return starts

@@ -5,13 +5,13 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hopgym.commands import add_actions
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     from hopgym.tasks.downloads import GITHUB_RAW, NAMES
 
-    parser = subparsers.add_parser("data", help="download the data of an env")
-    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    download = actions.add_parser(
+    download = add_actions(subparsers, "data", "download the data of an env").add_parser(
         "download",
         help="fetch a dataset at its pinned revision, sha256-checked",
         description="Writes DIR/<dataset>/, the layout HOPGYM_DATA expects; without --to, the user cache, "

@@ -7,6 +7,7 @@ import importlib.util
 import json
 from pathlib import Path
 
+from hopgym.commands import add_actions
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
@@ -16,8 +17,7 @@ INSTALL_HINT = "pip install 'hopgym[train]'"
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     defaults = TrainConfig(out=Path("."))
-    parser = subparsers.add_parser("train", help="train a model on an env's rewards (GRPO with TRL)")
-    actions = parser.add_subparsers(dest="train_command", required=True, metavar="ACTION")
+    actions = add_actions(subparsers, "train", "train a model on an env's rewards (GRPO with TRL)")
     grpo = actions.add_parser(
         "grpo",
         help="GRPO: each completion is an env episode; its calls run in the sandbox",
@@ -69,6 +69,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument(
         "--train-layers", type=int, metavar="N", help="train only the last N decoder layers (default: all)"
     )
+    grpo.add_argument(
+        "--call-example",
+        action="store_true",
+        help="show a call of the first offered tool in the system prompt",
+    )
     grpo.add_argument("--vllm", action="store_true", help="generate with vLLM (GPU; colocated with training)")
     grpo.add_argument(
         "--threads", type=int, help="torch CPU threads (default: torch's; 1 is faster on a busy machine)"
@@ -104,6 +109,7 @@ def config_from(args: argparse.Namespace) -> TrainConfig:
         beta=args.beta,
         save_steps=args.save_steps,
         save_total_limit=args.save_total_limit,
+        call_example=args.call_example,
         train_layers=args.train_layers,
         use_vllm=args.vllm,
         threads=args.threads,
