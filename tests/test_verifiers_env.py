@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 from tests.extras import require_extra
 
@@ -84,3 +85,63 @@ def test_vf_eval_answer_correctness_equals_hopgym_eval_on_the_same_scripted_repl
         env: {task: c for task, (c, _) in rows.items()} for env, rows in expected.items()
     }
     assert any(c for rows in expected.values() for c, _ in rows.values()), "no answer was correct"
+
+
+def test_an_env_whose_step_failed_is_closed_and_never_lent_again() -> None:
+    """A step that raised (here a wrapper's error, as a sandbox that broke down) sends the env back
+    unhealthy: the pool closes it and the next rollout gets a new env; a rollout that ended well gives its
+    env back for the next one."""
+    import asyncio
+
+    import gymnasium as gym
+    import verifiers as vf
+
+    from hopgym.agents.adapters.verifiers_env import HopgymEnv
+    from hopgym.agents.evaluation.rollouts import Rollouts
+
+    closed: list[gym.Env] = []
+    reset: list[gym.Env] = []
+
+    class Breakable(gym.Wrapper):
+        def reset(self, **kwargs: Any) -> Any:
+            reset.append(self)
+            return super().reset(**kwargs)
+
+        def step(self, action: Any) -> Any:
+            if action.get("content") == "break":
+                raise RuntimeError("the sandbox broke down")
+            return super().step(action)
+
+        def close(self) -> None:
+            super().close()
+            closed.append(self)
+
+    class BreakableRollouts(Rollouts):
+        def make_env(self) -> gym.Env:
+            return Breakable(super().make_env())
+
+    async def rollout(env: HopgymEnv, name: str, answer: str) -> Any:
+        """One rollout's hooks as verifiers calls them; the env it was lent."""
+        state = vf.State(trajectory_id=name, info={"index": 0})
+        await env.setup_state(state)
+        try:
+            await env.env_response([vf.AssistantMessage(content=answer)], state)
+        except RuntimeError:
+            pass
+        finally:
+            await env.give_back_env(state)
+        return reset[-1]
+
+    async def scenario() -> None:
+        env = HopgymEnv(BreakableRollouts("ToolHop-v0", concurrency=1))
+        closed.clear()  # the env that built the dataset
+        try:
+            broken = await rollout(env, "a", "break")
+            replacement = await rollout(env, "b", "Final answer: x")
+            assert replacement is not broken
+            assert await rollout(env, "c", "Final answer: y") is replacement
+        finally:
+            await env.close_envs()
+        assert closed[0] is broken and replacement in closed[1:]
+
+    asyncio.run(scenario())

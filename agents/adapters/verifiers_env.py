@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import verifiers as vf
@@ -29,6 +29,7 @@ from hopgym.envs.chat import chat_env
 from hopgym.envs.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
+T = TypeVar("T")
 EPISODE = "hopgym"
 """The state key of the episode's outcome (plain data: reward, correct, calls, ...)."""
 
@@ -80,11 +81,15 @@ def env_message(message: Mapping[str, Any]) -> Any:
 
 
 class HopgymEnv(vf.MultiTurnEnv):
-    """Each rollout borrows an env of the pool from ``setup_state`` to its cleanup."""
+    """Each rollout borrows an env of the pool from ``setup_state`` to its cleanup. An env whose reset or
+    step failed (other than by a rejected action), or was cut short (verifiers' rollout timeout), goes back
+    unhealthy: the pool closes it and makes another, never lending it again."""
 
     def __init__(self, rollouts: Rollouts) -> None:
         self._hopgym = rollouts
         self._borrowed: dict[str, gym.Env] = {}
+        self._failed: set[str] = set()
+        """The rollouts (trajectory ids) whose env call did not end normally."""
         self._started = asyncio.Lock()
         first = rollouts.make_env()
         try:
@@ -100,7 +105,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         env = await self._hopgym.acquire()
         self._borrowed[state["trajectory_id"]] = env
         info = state["info"]
-        observation, _ = await self._hopgym.in_thread(env.reset, options={"index": info["index"]})
+        observation, _ = await self._env_call(state, env.reset, options={"index": info["index"]})
         state[EPISODE] = {"seen": len(observation["messages"]), "reward": 0.0, "correct": False, "calls": []}
         return state
 
@@ -108,7 +113,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         env = self._borrowed[state["trajectory_id"]]
         episode = state[EPISODE]
         try:
-            step = await self._hopgym.in_thread(env.step, action_of(messages[-1]))
+            step = await self._env_call(state, env.step, action_of(messages[-1]))
         except ActionError as exc:
             raise vf.Error(str(exc)) from exc
         observation, reward, terminated, truncated, info = step
@@ -120,11 +125,26 @@ class HopgymEnv(vf.MultiTurnEnv):
             state["final_env_response"] = added
         return added
 
+    async def _env_call(self, state: vf.State, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``function`` in an env thread; the rollout's env counts as failed unless it returns or rejects
+        the action (``ActionError``: the env is fine)."""
+        self._failed.add(state["trajectory_id"])
+        try:
+            result = await self._hopgym.in_thread(function, *args, **kwargs)
+        except ActionError:
+            self._failed.discard(state["trajectory_id"])
+            raise
+        self._failed.discard(state["trajectory_id"])
+        return result
+
     @vf.cleanup
     async def give_back_env(self, state: vf.State) -> None:
-        env = self._borrowed.pop(state["trajectory_id"], None)
+        trajectory = state["trajectory_id"]
+        env = self._borrowed.pop(trajectory, None)
+        healthy = trajectory not in self._failed
+        self._failed.discard(trajectory)
         if env is not None:
-            self._hopgym.release(env)
+            self._hopgym.release(env, healthy)
 
     @vf.teardown
     async def close_envs(self) -> None:
