@@ -183,6 +183,16 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         )
 
 
+def uvicorn_server(app: Any) -> Any:
+    """The uvicorn server ``hopgym serve env`` runs ``app`` on. No permessage-deflate: on the loopback or a
+    LAN, compressing every observation costs more than the bytes it saves."""
+    import uvicorn
+
+    return uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", ws="websockets-sansio", ws_per_message_deflate=False)
+    )
+
+
 def env_app(served: ServedEnv, api_key: str | None = None) -> Any:
     """The ASGI app: openenv's ``create_app`` over :class:`HopgymEnvironment`, behind an API key check
     when ``api_key`` is given."""

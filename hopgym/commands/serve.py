@@ -156,9 +156,7 @@ def serve_env(args: argparse.Namespace) -> int:
     env_kwargs = env_kwargs_from(args)
     check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
     try:
-        import uvicorn
-
-        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
+        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving, uvicorn_server
     except ImportError as exc:
         raise ConfigError(
             f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
@@ -171,16 +169,7 @@ def serve_env(args: argparse.Namespace) -> int:
     listener.bind((args.host, args.port))
     listener.listen(2048)  # clients may connect once the ready line is out; uvicorn accepts them soon after
     host, port = listener.getsockname()[:2]
-    server = uvicorn.Server(
-        # No permessage-deflate: on the loopback or a LAN, compressing every observation costs more than
-        # the bytes it saves.
-        uvicorn.Config(
-            env_app(served, api_key),
-            log_level="warning",
-            ws="websockets-sansio",
-            ws_per_message_deflate=False,
-        )
-    )
+    server = uvicorn_server(env_app(served, api_key))
     with serving(served), listener:
         url = f"http://{'[' + host + ']' if family == socket.AF_INET6 else host}:{port}"
         print(f"ready: --base-url {url}", flush=True)
