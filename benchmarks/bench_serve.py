@@ -13,10 +13,11 @@ Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--
 - ``server_added_ms``: server median minus in-process median, per step; ``floor_ms``: the no-op server's
   median; ``hopgym_added_ms``: what is left of the added latency above the floor (hopgym's own part);
 - with ``--baseline CHECKOUT``: ``server_baseline``, the same server run from that checkout's code (e.g. the
-  commit before a change; the client is this one's), and ``server_ratio``: this checkout's median over the
-  baseline's, per concurrency;
+  commit before a change; the client is this one's), ``server_ratio``: this checkout's median over the
+  baseline's, per concurrency, and ``env_step_vs_sandbox_baseline``;
 - ``env_step_vs_sandbox``: ``env.step`` with one valid call, warm (ToolHop's official protocol), against the
-  raw sandbox call of a small tool, in alternating blocks (target: at most 2x).
+  raw sandbox call of a small tool, in blocks alternating with the raw calls, each block in a fresh process
+  (target: at most 2x).
 Every side is measured in ``--rounds`` rounds, sides alternating in order within each, so that the machine's
 drifting load falls on all of them; figures pool all rounds. Each episode calls the task's first tool
 (placeholder arguments) for ``--turns`` turns, then answers.
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import os
 import re
 import signal
@@ -197,6 +199,8 @@ def noop_app(turns: int) -> Any:
     from openenv.core.env_server import create_app
     from openenv.core.env_server.interfaces import Environment
 
+    from hopgym.agents.adapters.openenv_server import QuietClose
+
     tool = {
         "type": "function",
         "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}},
@@ -231,7 +235,8 @@ def noop_app(turns: int) -> Any:
         def state(self) -> HopgymState:
             return HopgymState(env_id="noop")
 
-    return create_app(functools.partial(Noop), HopgymAction, HopgymObservation, max_concurrent_envs=256)
+    app = create_app(functools.partial(Noop), HopgymAction, HopgymObservation, max_concurrent_envs=256)
+    return QuietClose(app)  # as hopgym's server: a client's close ends a session without a traceback
 
 
 def serve_noop(turns: int) -> None:
@@ -255,6 +260,9 @@ def serve(command: list[str], checkout: str | None = None) -> tuple[subprocess.P
 
 
 def hopgym_server(max_sessions: int, turns: int) -> list[str]:
+    """``hopgym serve env`` with room for ``max_sessions`` and as many more still closing from a round
+    before (the server closes a session's env after its client has gone)."""
+    max_sessions *= 2
     command = [sys.executable, "-m", "hopgym.cli", "serve", "env", "--max-sessions", str(max_sessions)]
     return [*command, "--env-arg", "protocol=hopgym", "--env-arg", f"max_turns={turns + 1}"]
 
@@ -289,29 +297,44 @@ def measure(
     return out
 
 
-def env_step_vs_sandbox(calls: int, rounds: int) -> dict[str, Any]:
-    """``env.step`` (one valid call, warm) and the raw sandbox call, in ``rounds`` alternating blocks."""
+def env_step_block(calls: int) -> None:
+    """One block of ``env.step`` (one valid call, warm) and raw sandbox calls, in this process
+    (``--env-step-block``); prints the latencies as JSON."""
     env = ToolHopEnv(max_turns=10**9)
-    step_ms: list[float] = []
-    record_ms: list[float] = []
-    raw_ms: list[float] = []
     try:
         with make_sandbox("process") as sandbox:
-            for _ in range(rounds):
-                _, steps, records = warm_step_latencies(env, calls // rounds)
-                step_ms += steps
-                record_ms += records
-                raw_ms += warm_call_latencies(sandbox, calls // rounds)
+            _, step_ms, record_ms = warm_step_latencies(env, calls)
+            raw_ms = warm_call_latencies(sandbox, calls)
     finally:
         env.close()
-    step_median, raw_median = statistics.median(step_ms), statistics.median(raw_ms)
-    return {
-        "env_step_median_ms": round(step_median, 3),
-        "env_step_p90_ms": round(percentile(step_ms, 0.9), 3),
-        "call_record_latency_median_ms": round(statistics.median(record_ms), 3),
-        "raw_sandbox_call_median_ms": round(raw_median, 3),
-        "ratio": round(step_median / raw_median, 2),
-    }
+    print(json.dumps({"step_ms": step_ms, "record_ms": record_ms, "raw_ms": raw_ms}))
+
+
+def env_step_vs_sandbox(calls: int, rounds: int, baseline: str | None) -> dict[str, Any]:
+    """``env.step`` against the raw sandbox call, in ``rounds`` blocks, each in a fresh process; with
+    ``baseline``, that checkout's blocks alternate with this one's."""
+    sides = {"this": None, **({"baseline": baseline} if baseline else {})}
+    samples: dict[str, dict[str, list[float]]] = {side: {} for side in sides}
+    for round_number in range(rounds):
+        order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
+        for side in order:
+            checkout = sides[side]
+            environment = {**os.environ, "PYTHONPATH": str(Path(checkout).resolve())} if checkout else None
+            command = [sys.executable, __file__, "--env-step-block", str(calls // rounds)]
+            done = subprocess.run(command, env=environment, capture_output=True, text=True, check=True)
+            for key, values in json.loads(done.stdout.splitlines()[-1]).items():
+                samples[side][key] = samples[side].get(key, []) + values
+    out = {}
+    for side, latencies in samples.items():
+        step, raw = statistics.median(latencies["step_ms"]), statistics.median(latencies["raw_ms"])
+        out["env_step_vs_sandbox" if side == "this" else "env_step_vs_sandbox_baseline"] = {
+            "env_step_median_ms": round(step, 3),
+            "env_step_p90_ms": round(percentile(latencies["step_ms"], 0.9), 3),
+            "call_record_latency_median_ms": round(statistics.median(latencies["record_ms"]), 3),
+            "raw_sandbox_call_median_ms": round(raw, 3),
+            "ratio": round(step / raw, 2),
+        }
+    return out
 
 
 def main() -> None:
@@ -324,13 +347,17 @@ def main() -> None:
     parser.add_argument("--baseline", help="also run the server from this checkout")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per side (sides alternate)")
     parser.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--env-step-block", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_server:
         serve_noop(args.turns)
         return
+    if args.env_step_block:
+        env_step_block(args.env_step_block)
+        return
     levels = [int(level) for level in args.concurrency.split(",")]
     result: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds}
-    result["env_step_vs_sandbox"] = env_step_vs_sandbox(args.calls, args.rounds)
+    result.update(env_step_vs_sandbox(args.calls, args.rounds, args.baseline))
     servers = {
         "server": serve(hopgym_server(max(levels), args.turns)),
         "noop_server": serve([sys.executable, __file__, "--noop-server", "--turns", str(args.turns)]),
