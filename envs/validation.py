@@ -86,7 +86,8 @@ def parse_arguments(raw: Any, empty_is_object: bool = True) -> tuple[Any, str | 
 
 def _json_round_trip(arguments: Mapping[str, Any], raw: Any = None) -> tuple[Any, str | None]:
     """``arguments`` rebuilt from its UTF-8 JSON text, so that what runs, what is recorded and what a log
-    writes later are plain JSON values; a mapping that has no such text is refused with the reason."""
+    writes later are plain JSON values; a mapping that has no such text is refused with the reason.
+    Arguments parsed from ``raw`` JSON text are plain JSON values already: only checked, not rebuilt."""
     kept = stand_in(arguments) if raw is None else raw
     try:
         text = json.dumps(arguments, ensure_ascii=False)
@@ -99,7 +100,7 @@ def _json_round_trip(arguments: Mapping[str, Any], raw: Any = None) -> tuple[Any
         return stand_in(
             kept
         ), f"arguments are {size} bytes of JSON; at most {MAX_ARGUMENT_BYTES} are accepted"
-    return json.loads(text), None
+    return (json.loads(text) if raw is None else arguments), None
 
 
 def _capped(message: str) -> str:

@@ -56,7 +56,7 @@ def valid_unicode(value: T) -> T:
     container that held nothing to replace. Iterative, so no nesting depth makes it fail."""
     if isinstance(value, str):
         return valid_text(value)  # type: ignore[return-value]
-    if not isinstance(value, (dict, list, tuple)):
+    if not isinstance(value, (dict, list, tuple)) or _all_valid(value):
         return value
     done: dict[int, Any] = {}
     pending: list[tuple[Any, bool]] = [(value, False)]
@@ -79,6 +79,21 @@ def valid_unicode(value: T) -> T:
             changed = any(a is not b for a, b in zip(clean, items, strict=True))
             done[id(node)] = type(node)(clean) if changed else node
     return done[id(value)]  # type: ignore[no-any-return]
+
+
+def _all_valid(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
+    """Whether every string in ``value`` (dict keys included) is valid Unicode already, as almost every
+    action is: one pass that only looks, a fraction of the cost of :func:`valid_unicode`'s rebuilding walk."""
+    pending: list[Any] = [value]
+    while pending:
+        node = pending.pop()
+        for item in (*node.keys(), *node.values()) if isinstance(node, dict) else node:
+            if isinstance(item, str):
+                if not item.isascii() and valid_text(item) is not item:
+                    return False
+            elif isinstance(item, (dict, list, tuple)):
+                pending.append(item)
+    return True
 
 
 def parsed_text(text: str | None) -> str:

@@ -28,16 +28,15 @@ replacement, and never shifts one call's result onto another.
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import re
-import select
 import time
 from typing import IO, Any, Protocol
 
 from hopgym.errors import WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
 from hopgym.sandbox.worker import ERROR_TEXT_CAP
+from hopgym.sandbox.worker import ready as ready  # one copy for both sides: the worker imports no hopgym
 
 _ESCAPED_CHAR_BYTES = 12
 """The most bytes one character takes in the worker's ASCII-only JSON (an astral character: two escapes)."""
@@ -196,18 +195,6 @@ class WorkerConnection:
         if not (remaining > 0 and ready(fd, remaining, writing)):
             what = "read its input" if writing else "answer"
             raise WorkerTimeoutError(f"worker did not {what} before the deadline")
-
-
-def ready(fd: int, timeout: float | None, writing: bool = False) -> bool:
-    """Whether ``fd`` is readable (or writable), waiting at most ``timeout`` seconds (None: no limit); an
-    end of file, a hang-up or an error counts as ready, as in ``select``. Through ``poll``, not ``select``:
-    a host with many sessions holds descriptors numbered past ``select``'s limit of 1024."""
-    waiting = select.poll()
-    waiting.register(fd, select.POLLOUT if writing else select.POLLIN)
-    events = waiting.poll(None if timeout is None else max(timeout, 0.0) * 1000)
-    if events and events[0][1] & select.POLLNVAL:
-        raise OSError(errno.EBADF, f"descriptor {fd} is not open")
-    return bool(events)
 
 
 def _without_lone_surrogates(value: Any) -> Any:

@@ -202,14 +202,25 @@ def wait_for_exit(child: int) -> int:
     """The wait status of ``child``, waited for on a pidfd: only its exit wakes this process. A parent in
     ``waitpid`` is woken by each stop and continue of its child too, and the host stops and continues the
     worker around every call."""
-    import select
-
     pidfd = os.pidfd_open(child)
-    waiting = select.poll()
-    waiting.register(pidfd, select.POLLIN)
-    waiting.poll()
+    ready(pidfd, None)
     os.close(pidfd)
     return os.waitpid(child, 0)[1]
+
+
+def ready(fd: int, timeout: float | None, writing: bool = False) -> bool:
+    """Whether ``fd`` is readable (or writable), waiting at most ``timeout`` seconds (None: no limit); an
+    end of file, a hang-up or an error counts as ready, as in ``select``. Through ``poll``, not ``select``:
+    a host with many sessions holds descriptors numbered past ``select``'s limit of 1024. The host's side
+    of the protocol waits with it too (``protocol.ready``)."""
+    import select  # not at start-up: most workers never wait on a descriptor
+
+    waiting = select.poll()
+    waiting.register(fd, select.POLLOUT if writing else select.POLLIN)
+    events = waiting.poll(None if timeout is None else max(timeout, 0.0) * 1000)
+    if events and events[0][1] & select.POLLNVAL:
+        raise OSError(errno.EBADF, f"descriptor {fd} is not open")
+    return bool(events)
 
 
 def apply_rlimits(limits: dict[str, int], namespace_init: bool = False) -> None:

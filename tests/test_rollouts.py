@@ -5,6 +5,7 @@ own episode."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,3 +71,44 @@ def test_batched_rollouts_match_one_env_stepped_by_hand_and_a_failing_policy_cos
     assert [r.reward for i, r in enumerate(with_failure) if i != 3] == [
         r for i, (r, _, _) in enumerate(expected) if i != 3
     ]
+
+
+def test_a_failed_env_is_closed_in_a_thread_while_the_other_episodes_go_on() -> None:
+    """An episode that failed discards its env; closing it (which may wait for a hung sandbox worker) runs
+    in a worker thread, not on the event loop: here it blocks until the other episodes have all ended,
+    which they could not if it held the loop. ``Rollouts.close`` then waits for it to finish."""
+    may_finish = threading.Event()
+    closes: list[tuple[threading.Thread, bool]] = []
+
+    class SlowToClose(gym.Wrapper):
+        def close(self) -> None:
+            closes.append((threading.current_thread(), False))
+            may_finish.wait(30)
+            super().close()
+            closes.append((threading.current_thread(), True))
+
+    class SlowRollouts(Rollouts):
+        def make_env(self) -> gym.Env:
+            return SlowToClose(super().make_env())
+
+    async def failing_on_task_0(observation: Mapping[str, Any], info: Mapping[str, Any]) -> Any:
+        if info["task_id"] == first_task:
+            raise RuntimeError("the trainer's sampler failed")
+        return smoke_action(observation)
+
+    async def scenario() -> list[Any]:
+        async with SlowRollouts("ToolHop-v0", concurrency=2) as rollouts:
+            played = await rollouts.run(failing_on_task_0, [{"index": i} for i in range(6)])
+            assert not may_finish.is_set() and closes == [(closes[0][0], False)]  # the close still waits
+            may_finish.set()
+        return played
+
+    env = gym.make("ToolHop-v0")
+    try:
+        first_task = env.unwrapped.tasks[0].id
+    finally:
+        env.close()
+    played = asyncio.run(scenario())
+    assert played[0].error == "RuntimeError: the trainer's sampler failed"
+    assert all(rollout.error is None and rollout.terminated for rollout in played[1:])
+    assert closes[0][0] is not threading.main_thread() and closes[1] == (closes[0][0], True)

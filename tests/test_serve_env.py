@@ -241,6 +241,34 @@ def test_a_killed_client_leaves_no_worker_process(server: tuple[str, subprocess.
         client.wait()
 
 
+def test_an_idle_session_is_closed_with_its_sandbox_and_socket_and_the_client_says_why() -> None:
+    """``--session-timeout 2``: a session left waiting loses its env, its sandbox workers (read in /proc),
+    its place (one, ``--max-sessions 1``) and its socket, and its client's next step says why; a session
+    that keeps stepping for longer than the timeout is never closed (its silences are milliseconds)."""
+    timeout = 2.0
+    with served("--max-sessions", "1", "--session-timeout", f"{timeout:g}") as (url, process):
+
+        async def scenario() -> str:
+            async with HopgymEnvClient(url) as idle:
+                result = await idle.reset(index=0)
+                await idle.step(HopgymAction.of(policy(result.observation.model_dump(), 0)))
+                assert descendants(process.pid), "the session's sandbox holds no worker: nothing to check"
+                gone = await asyncio.to_thread(wait_until, lambda: descendants(process.pid) == [], 120.0)
+                assert gone, descendants(process.pid)
+                with pytest.raises(EnvServerError) as closed:
+                    await idle.reset(index=1)
+            async with HopgymEnvClient(url) as busy:  # the one place is free again
+                started = time.monotonic()
+                while time.monotonic() - started < 2 * timeout:
+                    result = await busy.reset(index=2)
+                    while not result.done:
+                        result = await busy.step(HopgymAction.of(policy(result.observation.model_dump(), 2)))
+            return str(closed.value)
+
+        message = asyncio.run(scenario())
+    assert "--session-timeout" in message and "close code 4408" in message, message
+
+
 GARBAGE: list[str | bytes] = [
     "not json",
     "[1, 2]",

@@ -16,6 +16,7 @@ message, and so for every error frame (a bad reset option or action: the session
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from typing import Any
 
@@ -70,15 +71,16 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
         return response
 
     async def _closed_reason(self, closed: ConnectionClosed) -> str:
-        """Why the server closed the session: its last error frame, if one is still buffered."""
+        """Why the server closed the session: its last error frame, if one is still buffered, else the
+        reason of its close frame (a session closed for idleness: ``--session-timeout``)."""
         assert self._ws is not None
-        try:
+        with contextlib.suppress(ConnectionClosed, TimeoutError, ValueError):
             last = json.loads(await asyncio.wait_for(self._ws.recv(), timeout=_REFUSAL_WAIT))
-        except (ConnectionClosed, TimeoutError, ValueError):
-            return f"the server closed the session ({closed})"
-        data = last.get("data") if isinstance(last, dict) else None
-        if isinstance(data, dict) and "message" in data:
-            return f"the server closed the session: {data['message']} (code: {data.get('code', '?')})"
+            data = last.get("data") if isinstance(last, dict) else None
+            if isinstance(data, dict) and "message" in data:
+                return f"the server closed the session: {data['message']} (code: {data.get('code', '?')})"
+        if closed.rcvd is not None and closed.rcvd.reason:
+            return f"the server closed the session: {closed.rcvd.reason} (close code {closed.rcvd.code})"
         return f"the server closed the session ({closed})"
 
     def _step_payload(self, action: HopgymAction) -> dict[str, Any]:

@@ -9,11 +9,14 @@ it sends reaches the data path, the sandbox options or another session. A bad re
 
 At most ``max_sessions`` envs exist at once: openenv refuses a WebSocket session beyond its cap (an error
 frame with code ``CAPACITY_REACHED``, then a close), and the plain HTTP ``/reset`` and ``/step`` routes,
-which openenv serves with a fresh env per request, take a place of the same cap while they run.
+which openenv serves with a fresh env per request, take a place of the same cap while they run. A session
+whose client sends nothing for ``session_timeout`` seconds is closed (:class:`IdleClose`): its env and
+sandbox workers, its place, and its socket, with close code :data:`IDLE_CLOSE_CODE`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import functools
 import hmac
@@ -35,6 +38,8 @@ from hopgym.errors import ConfigError, EnvServerError, HopgymError
 
 API_KEY_HEADER = "authorization"
 """Clients send ``Authorization: Bearer KEY`` (HTTP requests and the WebSocket handshake)."""
+IDLE_CLOSE_CODE = 4408
+"""The WebSocket close code of a session closed for idleness (4000-4999 are private; 408: HTTP's timeout)."""
 
 
 @dataclass
@@ -44,6 +49,9 @@ class ServedEnv:
     env_id: str
     env_kwargs: Mapping[str, Any] = field(default_factory=dict)
     max_sessions: int = 8
+    session_timeout: float | None = None
+    """Seconds of client silence after which a session is closed (None: never; ``hopgym serve env``'s
+    default is :data:`hopgym.commands.serve.SESSION_TIMEOUT`)."""
     _places: threading.BoundedSemaphore = field(init=False)
     _live: set[gym.Env] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -51,6 +59,8 @@ class ServedEnv:
     def __post_init__(self) -> None:
         if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
             raise ConfigError(f"--max-sessions must be a positive integer, got {self.max_sessions!r}")
+        if self.session_timeout is not None and not self.session_timeout > 0:
+            raise ConfigError(f"--session-timeout must be positive, got {self.session_timeout!r}")
         self._places = threading.BoundedSemaphore(self.max_sessions)
 
     def check(self) -> str:
@@ -173,6 +183,16 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         )
 
 
+def uvicorn_server(app: Any) -> Any:
+    """The uvicorn server ``hopgym serve env`` runs ``app`` on. No permessage-deflate: on the loopback or a
+    LAN, compressing every observation costs more than the bytes it saves."""
+    import uvicorn
+
+    return uvicorn.Server(
+        uvicorn.Config(app, log_level="warning", ws="websockets-sansio", ws_per_message_deflate=False)
+    )
+
+
 def env_app(served: ServedEnv, api_key: str | None = None) -> Any:
     """The ASGI app: openenv's ``create_app`` over :class:`HopgymEnvironment`, behind an API key check
     when ``api_key`` is given."""
@@ -183,6 +203,8 @@ def env_app(served: ServedEnv, api_key: str | None = None) -> Any:
         env_name=served.env_id,
         max_concurrent_envs=served.max_sessions,
     )
+    if served.session_timeout is not None:
+        app = IdleClose(app, served.session_timeout)
     quiet = QuietClose(app)
     return ApiKeyGate(quiet, api_key) if api_key else quiet
 
@@ -205,6 +227,75 @@ class QuietClose:
             return
         with contextlib.suppress(WebSocketDisconnect):
             await self._app(scope, receive, send)
+
+
+class IdleClose:
+    """ASGI middleware: a WebSocket session whose client sends nothing for ``timeout`` seconds (counted
+    while the server waits for it, not while a step runs) is closed with :data:`IDLE_CLOSE_CODE` and a
+    reason, and openenv is told that the client left, so it closes the session's env and frees its place.
+
+    Not openenv's own reaper (``ConcurrencyConfig(session_timeout=...)``): that one closes the env and
+    frees the place but leaves the socket open, whose next frame then reaches a closed env, and it looks
+    only every max(timeout / 4, 5 s)."""
+
+    def __init__(self, app: ASGIApp, timeout: float) -> None:
+        self._app = app
+        self._timeout = timeout
+
+    async def __call__(self, scope: Scope, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self._app(scope, receive, send)
+            return
+        session = _IdleSession(receive, send, self._timeout)
+        watch = asyncio.create_task(session.watch())
+        try:
+            await self._app(scope, session.receive, session.send)
+        finally:
+            watch.cancel()
+
+
+class _IdleSession:
+    """One WebSocket's idle clock. A timer per receive would cost more than the rest of the server's
+    step; instead ``receive`` notes when it starts waiting, and one task per session wakes when that wait
+    would exceed the timeout and then cancels it."""
+
+    def __init__(self, receive: Any, send: Any, timeout: float) -> None:
+        self._receive, self._send, self._timeout = receive, send, timeout
+        self._loop = asyncio.get_running_loop()
+        self._waiting_since: float | None = None
+        self._waiter: asyncio.Task[Any] | None = None
+        self._expired = False
+
+    async def receive(self) -> Any:
+        if self._expired:
+            return {"type": "websocket.disconnect", "code": IDLE_CLOSE_CODE}
+        self._waiter, self._waiting_since = asyncio.current_task(), self._loop.time()
+        try:
+            return await self._receive()
+        except asyncio.CancelledError:
+            if not self._expired:
+                raise
+            if self._waiter is not None and hasattr(self._waiter, "uncancel"):  # Python 3.11+
+                self._waiter.uncancel()
+        finally:
+            self._waiting_since = None
+        reason = f"session idle for {self._timeout:g} s (the server's --session-timeout): start a new one"
+        await self._send({"type": "websocket.close", "code": IDLE_CLOSE_CODE, "reason": reason})
+        return {"type": "websocket.disconnect", "code": IDLE_CLOSE_CODE}
+
+    async def send(self, message: Any) -> None:
+        if not self._expired:  # once closed here, openenv's own close has nothing left to close
+            await self._send(message)
+
+    async def watch(self) -> None:
+        while True:
+            since = self._waiting_since
+            left = self._timeout if since is None else since + self._timeout - self._loop.time()
+            if since is not None and left <= 0 and self._waiter is not None:
+                self._expired = True
+                self._waiter.cancel()
+                return
+            await asyncio.sleep(left)
 
 
 class ApiKeyGate:

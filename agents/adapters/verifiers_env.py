@@ -6,8 +6,11 @@ first observation, and its ``info`` (a JSON string, as ToolHop's tool schemas di
 the task ``index``, ``task_id`` and the row's own ``tool_defs``. verifiers runs the model; every assistant
 turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose new messages are the env
 response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
-the paper's query-level columns (answer correctness, invocation error, tool hallucination, parameter
-hallucination, parameter missing), each 0 or 1 per rollout so that their mean is the paper's figure.
+answer correctness, ToolHop's query-level columns (invocation error, tool hallucination, parameter
+hallucination, parameter missing: each 0 or 1 per rollout, so that their mean is the paper's figure), and
+the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: FamilyTool's EM,
+Tool Acc, Value Acc and, with ``kg="extract"``, the KG extraction columns; KGTool's precision, recall, F1,
+hits@1). A value the env reports as not applicable (None), or an episode that ended unscored, counts 0.
 
 vf-eval imports an environment by module name: ``vf-eval hopgym.agents.adapters.verifiers_env -a
 '{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).
@@ -17,17 +20,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 import gymnasium as gym
 import verifiers as vf
 from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
+from hopgym.envs.chat import chat_env
+from hopgym.envs.familytool.env import FamilyToolEnv
+from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
+from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
+from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
+T = TypeVar("T")
 EPISODE = "hopgym"
 """The state key of the episode's outcome (plain data: reward, correct, calls, ...)."""
 
@@ -79,18 +88,22 @@ def env_message(message: Mapping[str, Any]) -> Any:
 
 
 class HopgymEnv(vf.MultiTurnEnv):
-    """Each rollout borrows an env of the pool from ``setup_state`` to its cleanup."""
+    """Each rollout borrows an env of the pool from ``setup_state`` to its cleanup. An env whose reset or
+    step failed (other than by a rejected action), or was cut short (verifiers' rollout timeout), goes back
+    unhealthy: the pool closes it and makes another, never lending it again."""
 
     def __init__(self, rollouts: Rollouts) -> None:
         self._hopgym = rollouts
         self._borrowed: dict[str, gym.Env] = {}
+        self._failed: set[str] = set()
+        """The rollouts (trajectory ids) whose env call did not end normally."""
         self._started = asyncio.Lock()
         first = rollouts.make_env()
         try:
-            dataset = task_rows(first)
+            dataset, metrics = task_rows(first), paper_metrics(first)
         finally:
             first.close()
-        super().__init__(eval_dataset=dataset, rubric=hopgym_rubric())
+        super().__init__(eval_dataset=dataset, rubric=hopgym_rubric(metrics))
 
     async def setup_state(self, state: vf.State) -> vf.State:
         async with self._started:
@@ -99,7 +112,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         env = await self._hopgym.acquire()
         self._borrowed[state["trajectory_id"]] = env
         info = state["info"]
-        observation, _ = await self._hopgym.in_thread(env.reset, options={"index": info["index"]})
+        observation, _ = await self._env_call(state, env.reset, options={"index": info["index"]})
         state[EPISODE] = {"seen": len(observation["messages"]), "reward": 0.0, "correct": False, "calls": []}
         return state
 
@@ -107,7 +120,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         env = self._borrowed[state["trajectory_id"]]
         episode = state[EPISODE]
         try:
-            step = await self._hopgym.in_thread(env.step, action_of(messages[-1]))
+            step = await self._env_call(state, env.step, action_of(messages[-1]))
         except ActionError as exc:
             raise vf.Error(str(exc)) from exc
         observation, reward, terminated, truncated, info = step
@@ -115,23 +128,51 @@ class HopgymEnv(vf.MultiTurnEnv):
         episode["seen"] = len(observation["messages"])
         episode["calls"] += info["calls"]
         if terminated or truncated:
-            episode.update(reward=float(reward), correct=bool(info.get("correct")), ended=True)
+            episode.update(
+                reward=float(reward), correct=bool(info.get("correct")), metrics=info.get("metrics") or {}
+            )
             state["final_env_response"] = added
         return added
 
+    async def _env_call(self, state: vf.State, function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``function`` in an env thread; the rollout's env counts as failed unless it returns or rejects
+        the action (``ActionError``: the env is fine)."""
+        self._failed.add(state["trajectory_id"])
+        try:
+            result = await self._hopgym.in_thread(function, *args, **kwargs)
+        except ActionError:
+            self._failed.discard(state["trajectory_id"])
+            raise
+        self._failed.discard(state["trajectory_id"])
+        return result
+
     @vf.cleanup
     async def give_back_env(self, state: vf.State) -> None:
-        env = self._borrowed.pop(state["trajectory_id"], None)
+        trajectory = state["trajectory_id"]
+        env = self._borrowed.pop(trajectory, None)
+        healthy = trajectory not in self._failed
+        self._failed.discard(trajectory)
         if env is not None:
-            self._hopgym.release(env)
+            self._hopgym.release(env, healthy)
 
     @vf.teardown
     async def close_envs(self) -> None:
         await self._hopgym.close()
 
 
-def hopgym_rubric() -> vf.Rubric:
-    """hopgym's reward, and the paper's query-level columns as metrics (weight 0)."""
+def paper_metrics(env: gym.Env) -> tuple[str, ...]:
+    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns."""
+    inner = chat_env(env)
+    if isinstance(inner, FamilyToolEnv):
+        return (*TOOL_KEYS, *(KG_KEYS if inner.kg_mode == "extract" else ()))
+    if isinstance(inner, KGToolEnv):
+        return KGTOOL_METRICS
+    return ()
+
+
+def hopgym_rubric(metrics: Sequence[str] = ()) -> vf.Rubric:
+    """hopgym's reward; answer correctness, ToolHop's query-level columns and the env's ``metrics`` keys
+    (its terminal ``info["metrics"]``) as metrics (weight 0)."""
 
     def episode(state: vf.State) -> Mapping[str, Any]:
         return state.get(EPISODE) or {}
@@ -150,8 +191,17 @@ def hopgym_rubric() -> vf.Rubric:
         column.__name__ = f"{error_type or 'invocation_error'}_query"
         return column
 
+    def env_column(key: str) -> Any:
+        async def column(state: vf.State) -> float:
+            return float(episode(state).get("metrics", {}).get(key) or 0.0)
+
+        column.__name__ = key
+        return column
+
     rubric = vf.Rubric(funcs=[reward], weights=[1.0])
     rubric.add_metric(answer_correctness)
     for error_type in (None, *INVOCATION_ERROR_TYPES):
         rubric.add_metric(query_column(error_type))
+    for key in metrics:
+        rubric.add_metric(env_column(key))
     return rubric

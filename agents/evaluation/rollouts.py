@@ -68,9 +68,9 @@ class Rollout:
 
 
 class EnvPool:
-    """Up to ``size`` envs, made in worker threads. An env that failed is closed and discarded, and its
-    place is free at once: the next episode to ask makes a new env, so no episode ever waits for an env
-    that can no longer come."""
+    """Up to ``size`` envs, made in worker threads. An env that failed is closed (in a worker thread: a
+    close may wait for a hung sandbox worker to die) and discarded, and its place is free at once: the next
+    episode to ask makes a new env, so no episode ever waits for an env that can no longer come."""
 
     def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
         self._make_env = make_env
@@ -81,6 +81,8 @@ class EnvPool:
         self._changed = asyncio.Event()
         """Set whenever an env comes back or a place frees up; waiters then look again."""
         self.envs: list[gym.Env] = [first]
+        self.closing: set[asyncio.Future[Any]] = set()
+        """The closes of discarded envs still running in their threads (``Rollouts.close`` waits for them)."""
 
     async def fill(self) -> None:
         """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
@@ -119,14 +121,17 @@ class EnvPool:
         return env
 
     def release(self, env: gym.Env, healthy: bool) -> None:
-        """Take ``env`` back; an unhealthy one is discarded (closed) and its place freed."""
+        """Take ``env`` back; an unhealthy one is discarded, its place freed at once and its close started
+        in a worker thread (see :attr:`closing`)."""
         self._changed.set()
         if healthy:
             self._idle.append(env)
             return
         self._created -= 1
         self.envs.remove(env)
-        env.close()
+        closing = asyncio.ensure_future(self._in_thread(env.close))
+        self.closing.add(closing)
+        closing.add_done_callback(self.closing.discard)
 
 
 class Rollouts:
@@ -168,6 +173,8 @@ class Rollouts:
         if self._pool is None:  # nothing made: nothing to wait for
             self.shutdown()
             return
+        if self._pool.closing:  # not retrieved here: asyncio logs a close that failed
+            await asyncio.wait(self._pool.closing)
         await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
 
     def _close_envs(self) -> None:

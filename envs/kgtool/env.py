@@ -43,6 +43,8 @@ DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_0
 """For a sandbox the env starts: loading FB15k-237 into a worker takes seconds (``timeout`` also bounds
 loads), and intermediate entity sets of a few thousand ids exceed the default result cap."""
 DEFAULT_CALL_TIMEOUT = 5.0
+METRICS = ("precision", "recall", "f1", "hits@1")
+"""The per-episode answer metrics in ``info["metrics"]`` (the KG query papers' columns)."""
 
 
 def _system_prompt(kg_name: str) -> str:
@@ -152,12 +154,7 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
         hits@1 are both terminal ``info`` keys and ``metrics``."""
         assert self._task is not None
         score = score_answer(message["content"], self._task.answers, self.source.label, self.source.resolve)
-        metrics = {
-            "precision": score.precision,
-            "recall": score.recall,
-            "f1": score.f1,
-            "hits@1": score.hits_at_1,
-        }
+        metrics = dict(zip(METRICS, (score.precision, score.recall, score.f1, score.hits_at_1), strict=True))
         return Score(
             reward=float(score.correct),
             correct=score.correct,

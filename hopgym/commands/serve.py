@@ -15,6 +15,11 @@ from hopgym.errors import ConfigError, ModelError
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+SESSION_TIMEOUT = 600.0
+"""``serve env``'s default seconds a session may wait for its client. Longer than one model turn of a
+batched sampler (the client's idle time between steps); short enough that a session a live client forgot (a
+trainer stopped between steps, a notebook holding a client) gives back its place and sandbox within
+minutes. A dropped connection needs no timeout: uvicorn's WebSocket pings (every 20 s) find it."""
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -77,6 +82,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         type=int,
         default=8,
         help="envs (sessions) alive at once; a session beyond is refused with a message (default: 8)",
+    )
+    env.add_argument(
+        "--session-timeout",
+        type=float,
+        default=SESSION_TIMEOUT,
+        metavar="SECONDS",
+        help="close a session (its env, sandbox and socket) whose client sent nothing for this long; "
+        f"0: never (default: {SESSION_TIMEOUT:g})",
     )
     env.set_defaults(func=serve_env)
 
@@ -143,14 +156,12 @@ def serve_env(args: argparse.Namespace) -> int:
     env_kwargs = env_kwargs_from(args)
     check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
     try:
-        import uvicorn
-
-        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
+        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving, uvicorn_server
     except ImportError as exc:
         raise ConfigError(
             f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
         ) from exc
-    served = ServedEnv(args.env, env_kwargs, args.max_sessions)
+    served = ServedEnv(args.env, env_kwargs, args.max_sessions, args.session_timeout or None)
     isolation = served.check()
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
@@ -158,20 +169,16 @@ def serve_env(args: argparse.Namespace) -> int:
     listener.bind((args.host, args.port))
     listener.listen(2048)  # clients may connect once the ready line is out; uvicorn accepts them soon after
     host, port = listener.getsockname()[:2]
-    server = uvicorn.Server(
-        # No permessage-deflate: on the loopback or a LAN, compressing every observation costs more than
-        # the bytes it saves.
-        uvicorn.Config(
-            env_app(served, api_key),
-            log_level="warning",
-            ws="websockets-sansio",
-            ws_per_message_deflate=False,
-        )
-    )
+    server = uvicorn_server(env_app(served, api_key))
     with serving(served), listener:
         url = f"http://{'[' + host + ']' if family == socket.AF_INET6 else host}:{port}"
         print(f"ready: --base-url {url}", flush=True)
-        print(f"env: {args.env}, sandbox: {isolation}, at most {args.max_sessions} sessions", flush=True)
+        idle = f"{args.session_timeout:g} s" if args.session_timeout else "never"
+        print(
+            f"env: {args.env}, sandbox: {isolation}, at most {args.max_sessions} sessions, "
+            f"idle ones closed after: {idle}",
+            flush=True,
+        )
         print("(Ctrl-C stops the server)", flush=True)
         server.run(sockets=[listener])
     raise KeyboardInterrupt  # uvicorn returns once a signal stopped it
