@@ -30,7 +30,9 @@ if MISSING and os.environ.get("CI") != "true":
 from hopgym.errors import ConfigError  # noqa: E402
 from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.grpo import check_out, start_out, train  # noqa: E402
+from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
+from hopgym.train.sft import demonstrations, warm_start  # noqa: E402
 from hopgym.train.steplog import read_steps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -359,3 +361,24 @@ def test_the_call_example_is_a_call_the_rollout_parses_and_the_env_accepts():
         assert info["calls"][0]["status"] == "tool_error"  # valid arguments, run: no such entity
     finally:
         env.close()
+
+
+def test_the_warm_start_trains_on_gold_paths_the_env_scored_correct(tmp_path, tiny_model):
+    """Each demonstration is a gold solution path played through the env (its tool messages come from the
+    sandbox) and kept only when the env scores it correct; the saved folder is a model GRPO can load."""
+    env = gym.make("KGTool-v0", **ENV_KWARGS)
+    try:
+        chats = demonstrations(env, range(3))
+        tasks = [env.unwrapped.tasks[i] for i in range(3)]
+    finally:
+        env.close()
+    assert len(chats) == 3
+    for chat, task in zip(chats, tasks, strict=True):
+        roles = [message["role"] for message in chat["messages"]]
+        assert roles == ["system", "user", "assistant", "tool", "assistant"]
+        assert json.loads(chat["messages"][3]["content"]) == list(task.solution[0].result)
+    figures = warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2, threads=1)
+    assert figures["demonstrations"] == 2 and figures["loss"] > 0
+    assert load_tokenizer(str(tmp_path / "sft")).padding_side == "left"
+    with pytest.raises(ConfigError, match="holds a model"):
+        warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2)

@@ -83,6 +83,26 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     grpo.set_defaults(func=run_grpo)
 
+    sft = actions.add_parser(
+        "sft",
+        help="a supervised warm start on the env's gold solution paths, played and verified in the env",
+        description="Writes OUT, a model folder (weights, tokenizer, sft.json) for `train grpo --model OUT`; "
+        "needs an env whose tasks carry a gold solution path (KGTool-v0).",
+    )
+    add_env_arguments(sft, default_env=defaults.env_id)
+    sft.add_argument("--limit", type=int, help="demonstrations from the first N tasks")
+    sft.add_argument("--model", default=EMBEDDED, help="as for grpo (default: the embedded SmolLM2-135M)")
+    sft.add_argument("--epochs", type=float, default=1.0)
+    sft.add_argument("--learning-rate", type=float, default=5e-5)
+    sft.add_argument("--batch-size", type=int, default=4)
+    sft.add_argument(
+        "--train-layers", type=int, metavar="N", help="train only the last N decoder layers (default: all)"
+    )
+    sft.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    sft.add_argument("--out", type=Path, required=True, help="the model folder to write")
+    sft.add_argument("--no-progress", action="store_true", help="hide the progress bar")
+    sft.set_defaults(func=run_sft)
+
 
 def config_from(args: argparse.Namespace) -> TrainConfig:
     weights = parse_key_values(args.call_weight, "--call-weight")
@@ -117,13 +137,38 @@ def config_from(args: argparse.Namespace) -> TrainConfig:
     )
 
 
-def run_grpo(args: argparse.Namespace) -> int:
+def check_installed() -> None:
     missing = [name for name in ("trl", "datasets", "gguf") if importlib.util.find_spec(name) is None]
     if missing:
         raise ConfigError(f"hopgym train needs {', '.join(missing)}: {INSTALL_HINT}")
+
+
+def run_grpo(args: argparse.Namespace) -> int:
+    check_installed()
     from hopgym.train.grpo import train
 
     last = train(config_from(args), resume=args.resume)
     summary = {key: last.get(key) for key in ("step", "loss", "reward", "env_reward", "statuses")}
     print(json.dumps(summary))
+    return 0
+
+
+def run_sft(args: argparse.Namespace) -> int:
+    check_installed()
+    from hopgym.train.sft import warm_start
+
+    figures = warm_start(
+        args.env,
+        env_kwargs_from(args),
+        args.out,
+        model=args.model,
+        limit=args.limit,
+        epochs=args.epochs,
+        learning_rate=args.learning_rate,
+        batch_size=args.batch_size,
+        train_layers=args.train_layers,
+        threads=args.threads,
+        progress=not args.no_progress,
+    )
+    print(json.dumps(figures))
     return 0

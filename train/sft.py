@@ -1,0 +1,131 @@
+"""A supervised warm start before GRPO: the env's own gold solution paths, played through the env, as chat
+demonstrations for TRL's ``SFTTrainer``.
+
+A 135M model writes no parseable tool call from a prompt's format description alone (0 of 120 completions
+in a 30-step GRPO run), so the call and correctness terms of a reward never vary within a group and GRPO
+has nothing to learn from. KG2Tool's answer is instruction data from verified solution paths; here each
+path is played through the env itself (the prompt, tool schemas and tool messages the model will see in
+GRPO, every call run in the sandbox) and kept only when the env scores the episode correct.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.errors import ConfigError
+from hopgym.train.config import EMBEDDED
+from hopgym.train.model import load_model, load_tokenizer
+
+
+def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """One chat per task whose gold solution path the env scores correct: the env's first messages, one
+    assistant call per solution step with the env's tool message after it, then the answer names."""
+    tasks = env.unwrapped.tasks
+    if not indices or not hasattr(tasks[indices[0]], "solution"):
+        raise ConfigError(f"{env.spec.id if env.spec else env}: its tasks carry no gold solution path")
+    chats = []
+    for index in indices:
+        task = tasks[index]
+        observation, _ = env.reset(options={"index": index})
+        for number, call in enumerate(task.solution):
+            arguments = json.dumps(call.arguments, ensure_ascii=False)
+            tool_call = {
+                "id": f"call_{number}",
+                "type": "function",
+                "function": {"name": call.name, "arguments": arguments},
+            }
+            observation, *_ = env.step({"role": "assistant", "content": "", "tool_calls": [tool_call]})
+        answer = "\n".join(sorted({env.unwrapped.source.label(a) for a in task.answers}))
+        observation, reward, terminated, _, _ = env.step(answer)
+        if terminated and reward == 1.0:
+            chats.append({"messages": observation["messages"], "tools": observation["tools"]})
+    return chats
+
+
+def prompt_completion(tokenizer: Any, chat: dict[str, Any]) -> dict[str, str]:
+    """The chat as TRL's prompt/completion pair: the loss falls on everything after the first messages."""
+    messages, tools = chat["messages"], chat["tools"]
+    first = next(i for i, message in enumerate(messages) if message["role"] == "assistant")
+    prompt = tokenizer.apply_chat_template(
+        messages[:first], tools=tools, add_generation_prompt=True, tokenize=False
+    )
+    whole = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
+    if not whole.startswith(prompt):
+        raise ConfigError("the chat template renders the prompt differently inside the whole chat")
+    return {"prompt": prompt, "completion": whole[len(prompt) :]}
+
+
+def warm_start(
+    env_id: str,
+    env_kwargs: dict[str, Any],
+    out: Path,
+    model: str = EMBEDDED,
+    limit: int | None = None,
+    epochs: float = 1.0,
+    learning_rate: float = 5e-5,
+    batch_size: int = 4,
+    train_layers: int | None = None,
+    threads: int | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Fine-tune ``model`` on the env's verified demonstrations and save it (and its tokenizer) in ``out``,
+    a folder ``hopgym train grpo --model`` takes. Returns the run's figures."""
+    os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+    import torch
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from hopgym.train.grpo import freeze_below
+
+    if (out / "config.json").exists():
+        raise ConfigError(f"{out} holds a model already; choose another --out")
+    if threads is not None:
+        torch.set_num_threads(threads)
+    env = make_env(env_id, env_kwargs)
+    try:
+        count = len(env.unwrapped.tasks)
+        chats = demonstrations(env, range(min(count, limit) if limit else count))
+    finally:
+        env.close()
+    if not chats:
+        raise ConfigError(f"no gold solution path of {env_id} {env_kwargs} scored correct")
+    tokenizer = load_tokenizer(model)
+    tokenizer.padding_side = "right"  # training pads after the text
+    dataset = Dataset.from_list([prompt_completion(tokenizer, chat) for chat in chats])
+    network = load_model(model)
+    if train_layers is not None:
+        freeze_below(network, train_layers)
+    arguments = SFTConfig(
+        output_dir=str(out),
+        num_train_epochs=epochs,
+        learning_rate=learning_rate,
+        per_device_train_batch_size=batch_size,
+        logging_steps=5,
+        save_strategy="no",
+        report_to="none",
+        use_cpu=not torch.cuda.is_available(),
+        disable_tqdm=not progress,
+        dataloader_num_workers=0,
+        gradient_checkpointing=False,
+    )
+    trainer = SFTTrainer(model=network, args=arguments, train_dataset=dataset, processing_class=tokenizer)
+    result = trainer.train()
+    trainer.save_model(str(out))
+    tokenizer.padding_side = "left"
+    tokenizer.save_pretrained(str(out))
+    figures = {
+        "demonstrations": len(chats),
+        "tasks": count if not limit else min(count, limit),
+        "loss": result.training_loss,
+    }
+    (out / "sft.json").write_text(
+        json.dumps({"env": env_id, "env_kwargs": env_kwargs, "model": model, **figures}, indent=2)
+    )
+    return figures
