@@ -29,11 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--sample", type=int, metavar="N", help="train on N tasks drawn stratified (as eval)")
     grpo.add_argument("--seed", type=int, default=defaults.seed, help="seed of --sample and of the trainer")
     grpo.add_argument(
-        "--model",
-        default=EMBEDDED,
-        help="a model folder, a hub id, a .gguf file, or 'local': the embedded SmolLM2-135M GGUF (default)",
-    )
-    grpo.add_argument(
         "--reward", choices=("shaped", "env"), default=defaults.reward, help="reward trained on"
     )
     grpo.add_argument(
@@ -67,20 +62,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo.add_argument("--save-steps", type=int, default=defaults.save_steps, help="checkpoint every N steps")
     grpo.add_argument("--save-total-limit", type=int, default=defaults.save_total_limit)
     grpo.add_argument(
-        "--train-layers", type=int, metavar="N", help="train only the last N decoder layers (default: all)"
-    )
-    grpo.add_argument(
         "--call-example",
         action="store_true",
         help="show a call of the first offered tool in the system prompt",
     )
     grpo.add_argument("--vllm", action="store_true", help="generate with vLLM (GPU; colocated with training)")
-    grpo.add_argument(
-        "--threads", type=int, help="torch CPU threads (default: torch's; 1 is faster on a busy machine)"
-    )
-    grpo.add_argument("--out", type=Path, required=True, help="output folder")
+    add_training_arguments(grpo, out="output folder")
     grpo.add_argument("--resume", action="store_true", help="continue OUT from its last checkpoint")
-    grpo.add_argument("--no-progress", action="store_true", help="hide the progress bar")
     grpo.set_defaults(func=run_grpo)
 
     sft = actions.add_parser(
@@ -91,17 +79,28 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     add_env_arguments(sft, default_env=defaults.env_id)
     sft.add_argument("--limit", type=int, help="demonstrations from the first N tasks")
-    sft.add_argument("--model", default=EMBEDDED, help="as for grpo (default: the embedded SmolLM2-135M)")
     sft.add_argument("--epochs", type=float, default=1.0)
     sft.add_argument("--learning-rate", type=float, default=5e-5)
     sft.add_argument("--batch-size", type=int, default=4)
-    sft.add_argument(
+    add_training_arguments(sft, out="the model folder to write")
+    sft.set_defaults(func=run_sft)
+
+
+def add_training_arguments(parser: argparse.ArgumentParser, out: str) -> None:
+    """The options every training command takes: the model, what of it trains, threads, output, progress."""
+    parser.add_argument(
+        "--model",
+        default=EMBEDDED,
+        help="a model folder, a hub id, a .gguf file, or 'local': the embedded SmolLM2-135M GGUF (default)",
+    )
+    parser.add_argument(
         "--train-layers", type=int, metavar="N", help="train only the last N decoder layers (default: all)"
     )
-    sft.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
-    sft.add_argument("--out", type=Path, required=True, help="the model folder to write")
-    sft.add_argument("--no-progress", action="store_true", help="hide the progress bar")
-    sft.set_defaults(func=run_sft)
+    parser.add_argument(
+        "--threads", type=int, help="torch CPU threads (default: torch's; 1 is faster on a busy machine)"
+    )
+    parser.add_argument("--out", type=Path, required=True, help=out)
+    parser.add_argument("--no-progress", action="store_true", help="hide the progress bar")
 
 
 def config_from(args: argparse.Namespace) -> TrainConfig:
