@@ -51,7 +51,8 @@ def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]
 
 def prompt_completion(tokenizer: Any, chat: dict[str, Any]) -> dict[str, str]:
     """The chat as TRL's prompt/completion pair: the loss falls on everything after the first messages."""
-    messages, tools = chat["messages"], chat["tools"]
+    messages = [_with_argument_objects(message) for message in chat["messages"]]
+    tools = chat["tools"]
     first = next(i for i, message in enumerate(messages) if message["role"] == "assistant")
     prompt = tokenizer.apply_chat_template(
         messages[:first], tools=tools, add_generation_prompt=True, tokenize=False
@@ -60,6 +61,19 @@ def prompt_completion(tokenizer: Any, chat: dict[str, Any]) -> dict[str, str]:
     if not whole.startswith(prompt):
         raise ConfigError("the chat template renders the prompt differently inside the whole chat")
     return {"prompt": prompt, "completion": whole[len(prompt) :]}
+
+
+def _with_argument_objects(message: dict[str, Any]) -> dict[str, Any]:
+    """An assistant message whose calls' arguments are objects, as chat templates render them (the env keeps
+    OpenAI's JSON text, which a template would render as a quoted string)."""
+    calls = message.get("tool_calls")
+    if not calls:
+        return message
+    rendered = [
+        {**call, "function": {**call["function"], "arguments": json.loads(call["function"]["arguments"])}}
+        for call in calls
+    ]
+    return {**message, "tool_calls": rendered}
 
 
 def warm_start(
