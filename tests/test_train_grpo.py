@@ -32,7 +32,7 @@ from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.grpo import check_out, start_out, train  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
-from hopgym.train.sft import demonstrations, prompt_completion, warm_start  # noqa: E402
+from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from hopgym.train.steplog import read_steps  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -377,8 +377,12 @@ def test_the_warm_start_trains_on_gold_paths_the_env_scored_correct(tmp_path, ti
         roles = [message["role"] for message in chat["messages"]]
         assert roles == ["system", "user", "assistant", "tool", "assistant"]
         assert json.loads(chat["messages"][3]["content"]) == list(task.solution[0].result)
-    completion = prompt_completion(load_tokenizer("local"), chats[0])["completion"]
-    assert completion.startswith('<tool_call>\n{"name": "') and '"arguments": {"' in completion  # an object
+    tokenizer = load_tokenizer("local")
+    example = tokenized(tokenizer, chats[0])
+    learned = tokenizer.decode([t for t in example["labels"] if t != -100])
+    answer = chats[0]["messages"][-1]["content"]
+    assert learned.startswith('<tool_call>\n{"name": "') and '"arguments": {"' in learned  # objects
+    assert learned.endswith(f"</tool_call><|im_end|>\n{answer}<|im_end|>\n")  # no prompt, no tool result
     figures = warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2, threads=1)
     assert figures["demonstrations"] == 2 and figures["loss"] > 0
     assert load_tokenizer(str(tmp_path / "sft")).padding_side == "left"

@@ -36,31 +36,46 @@ def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]
         observation, _ = env.reset(options={"index": index})
         for number, call in enumerate(task.solution):
             arguments = json.dumps(call.arguments, ensure_ascii=False)
-            tool_call = {
-                "id": f"call_{number}",
-                "type": "function",
-                "function": {"name": call.name, "arguments": arguments},
-            }
-            observation, *_ = env.step({"role": "assistant", "content": "", "tool_calls": [tool_call]})
-        answer = "\n".join(sorted({env.unwrapped.source.label(a) for a in task.answers}))
-        observation, reward, terminated, _, _ = env.step(answer)
-        if terminated and reward == 1.0:
-            chats.append({"messages": observation["messages"], "tools": observation["tools"]})
+            function = {"name": call.name, "arguments": arguments}
+            tool_call = {"id": f"call_{number}", "type": "function", "function": function}
+            observation, _, terminated, truncated, _ = env.step(
+                {"role": "assistant", "content": "", "tool_calls": [tool_call]}
+            )
+            if terminated or truncated:  # a path as long as max_turns: no turn left to answer
+                break
+        else:
+            answer = "\n".join(sorted({env.unwrapped.source.label(a) for a in task.answers}))
+            observation, reward, terminated, _, _ = env.step(answer)
+            if terminated and reward == 1.0:
+                chats.append({"messages": observation["messages"], "tools": observation["tools"]})
     return chats
 
 
-def prompt_completion(tokenizer: Any, chat: dict[str, Any]) -> dict[str, str]:
-    """The chat as TRL's prompt/completion pair: the loss falls on everything after the first messages."""
+def tokenized(tokenizer: Any, chat: dict[str, Any]) -> dict[str, list[int]]:
+    """The chat's tokens, with labels on the assistant turns only (-100 elsewhere): the model learns to write
+    its calls and its answer, not the prompt or the sandbox's tool results, which the env supplies."""
     messages = [_with_argument_objects(message) for message in chat["messages"]]
     tools = chat["tools"]
-    first = next(i for i, message in enumerate(messages) if message["role"] == "assistant")
-    prompt = tokenizer.apply_chat_template(
-        messages[:first], tools=tools, add_generation_prompt=True, tokenize=False
-    )
-    whole = tokenizer.apply_chat_template(messages, tools=tools, tokenize=False)
-    if not whole.startswith(prompt):
-        raise ConfigError("the chat template renders the prompt differently inside the whole chat")
-    return {"prompt": prompt, "completion": whole[len(prompt) :]}
+
+    def render(upto: int, generation_prompt: bool = False) -> str:
+        return tokenizer.apply_chat_template(
+            messages[:upto], tools=tools, add_generation_prompt=generation_prompt, tokenize=False
+        )
+
+    whole = render(len(messages))
+    spans = []
+    for index, message in enumerate(messages):
+        if message["role"] == "assistant":
+            turn = render(index + 1)
+            if not whole.startswith(turn):
+                raise ConfigError("the chat template renders a turn differently inside the whole chat")
+            spans.append((len(render(index, generation_prompt=True)), len(turn)))
+    encoded = tokenizer(whole, add_special_tokens=False, return_offsets_mapping=True)
+    labels = [
+        token if any(start <= first and last <= end for start, end in spans) else -100
+        for token, (first, last) in zip(encoded["input_ids"], encoded["offset_mapping"], strict=True)
+    ]
+    return {"input_ids": encoded["input_ids"], "labels": labels}
 
 
 def _with_argument_objects(message: dict[str, Any]) -> dict[str, Any]:
@@ -112,7 +127,7 @@ def warm_start(
         raise ConfigError(f"no gold solution path of {env_id} {env_kwargs} scored correct")
     tokenizer = load_tokenizer(model)
     tokenizer.padding_side = "right"  # training pads after the text
-    dataset = Dataset.from_list([prompt_completion(tokenizer, chat) for chat in chats])
+    dataset = Dataset.from_list([tokenized(tokenizer, chat) for chat in chats])
     network = load_model(model)
     if train_layers is not None:
         freeze_below(network, train_layers)
