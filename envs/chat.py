@@ -19,7 +19,7 @@ from hopgym.envs.calls import CallRecord, CallRequest, call_fields, call_record,
 from hopgym.envs.feedback import FeedbackMode, check_feedback_mode
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
 from hopgym.envs.validation import ToolValidator
-from hopgym.errors import ActionError, ConfigError, HopgymError
+from hopgym.errors import ActionError, ConfigError, DataError, HopgymError
 from hopgym.messages import ToolMessage
 from hopgym.model_text import valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
@@ -240,6 +240,10 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
         """Set the env's :attr:`tasks` (and :attr:`_index_of` from their ids) and :attr:`data_files`."""
         self.tasks = tasks
         self._index_of = {task.id: i for i, task in enumerate(tasks)}
+        if len(self._index_of) < len(tasks):  # reset by task_id, records and --resume key on the id
+            seen: set[str] = set()
+            repeated = sorted({task.id for task in tasks if task.id in seen or seen.add(task.id)})
+            raise DataError(f"task ids must be unique; repeated: {', '.join(repeated[:10])}")
         self.data_files = tuple(data_files)
 
     def _use_sandbox(self, sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> Sandbox:
@@ -265,6 +269,7 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
         if self._closed:
             raise HopgymError("this env was closed; make a new one")
         super().reset(seed=seed)
+        self._done = True  # until the new episode has started: a failed start leaves nothing to step
         task = select_task(self.tasks, self._index_of, options, self.np_random)
         self._task = task
         start = self._episode_start(task)

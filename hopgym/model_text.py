@@ -85,8 +85,12 @@ def _all_valid(value: dict[Any, Any] | list[Any] | tuple[Any, ...]) -> bool:
     """Whether every string in ``value`` (dict keys included) is valid Unicode already, as almost every
     action is: one pass that only looks, a fraction of the cost of :func:`valid_unicode`'s rebuilding walk."""
     pending: list[Any] = [value]
+    seen: set[int] = set()  # a shared sub-object is looked at once, however often it is referenced
     while pending:
         node = pending.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
         for item in (*node.keys(), *node.values()) if isinstance(node, dict) else node:
             if isinstance(item, str):
                 if not item.isascii() and valid_text(item) is not item:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import re
 import signal
 import subprocess
@@ -13,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from hopgym.sandbox.docker.engine import connect_engine
 from tests.doc_blocks import DOCUMENTS, EXCERPT, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
 from tests.shared_data import needs_data
+from tests.test_docker_env import missing_prerequisite as docker_env_missing
 from tests.test_serve_scripted import served, viewed_episodes
 
 COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
@@ -55,6 +58,7 @@ def test_the_ci_blocks_are_what_ci_runs() -> None:
 def test_the_readme_stays_short_and_every_link_resolves() -> None:
     assert len((ROOT / "README.md").read_text().splitlines()) <= 250
     for path in DOCUMENTS:
+        assert "PLACEHOLDER" not in path.read_text(), f"{path.relative_to(ROOT)} still holds a placeholder"
         for target, anchor in _LINK.findall(path.read_text()):
             linked = (path.parent / target).resolve() if target else path
             assert linked.exists(), f"{path.relative_to(ROOT)}: the link to {target} leads nowhere"
@@ -171,3 +175,15 @@ def test_the_tooltasks_commands_run_on_a_file_of_rows(tmp_path: Path) -> None:
             assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
     for run in ("runs/mine", "runs/mine-normalized"):
         assert json.loads((tmp_path / run / "summary.json").read_text())["episodes"] == len(rows)
+
+
+@pytest.mark.docker
+def test_the_gvisor_example_runs_in_runsc_containers(tmp_path: Path) -> None:
+    missing = docker_env_missing()
+    if missing is None and "runsc" not in connect_engine().info()["Runtimes"]:
+        missing = "gVisor's runsc is not registered with the Docker engine (.ci/docker-setup.sh does it)"
+    if missing is not None:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the gVisor example must run in CI: {missing}")
+        pytest.skip(missing)
+    assert run_python(doc_block("docker-runsc"), tmp_path).strip() == "docker[runsc]+seccomp+rlimits"

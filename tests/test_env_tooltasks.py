@@ -117,6 +117,25 @@ def test_a_malformed_file_names_each_bad_row_with_its_line_and_problem(tmp_path:
     assert f"{path}:1:" not in message and f"{path}:2:" not in message
 
 
+def test_hostile_rows_are_named_not_raised_and_repeated_ids_refused(tmp_path: Path) -> None:
+    """A 5000-digit number and 100,000 nested brackets are bad rows with their line, never a traceback; two
+    rows with one id would make reset by id, records and --resume mix two tasks up."""
+    path = tmp_path / "hostile.jsonl"
+    path.write_text(f'{{"answer": {"9" * 5000}}}\n' + "[" * 100_000 + "]" * 100_000 + "\n")
+    with pytest.raises(DataError) as raised:
+        gym.make("ToolTasks-v0", data_path=path, sandbox="process")
+    assert f"{path}:1: not JSON it can read" in str(raised.value)
+    assert f"{path}:2: not JSON it can read (nested too deep)" in str(raised.value)
+    listed = tmp_path / "hostile.json"
+    listed.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(DataError, match=r"hostile\.json:1: not JSON it can read"):
+        gym.make("ToolTasks-v0", data_path=listed, sandbox="process")
+    twice = tmp_path / "twice.jsonl"
+    twice.write_text("".join(json.dumps({**row, "id": "same"}) + "\n" for row in ROWS[:2]))
+    with pytest.raises(DataError, match="task ids must be unique; repeated: same"):
+        gym.make("ToolTasks-v0", data_path=twice, sandbox="process")
+
+
 def test_a_json_list_names_the_line_each_bad_row_starts_on(tmp_path: Path) -> None:
     path = tmp_path / "bad.json"
     path.write_text(json.dumps([ROWS[0], {**ROWS[1], "functions": "def f(): pass"}], indent=2))

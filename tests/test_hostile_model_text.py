@@ -256,3 +256,14 @@ def test_rewritten_parsers_agree_with_the_old_patterns_on_random_texts() -> None
         assert parse_search_calls(text) == old_search_calls(text), text
         old_fence, new_fence = OLD_KG_FENCE.match(text.strip()), _FENCE.match(text.strip())
         assert (old_fence and old_fence.group(1)) == (new_fence and new_fence.group(1)), text
+
+
+def test_an_action_of_shared_sub_objects_is_checked_in_linear_time() -> None:
+    """2**60 paths through 60 shared lists (an in-process action can be such a graph): each list is looked
+    at once, so the check ends at once instead of never."""
+    nested: list[Any] = ["ok"]
+    for _ in range(60):
+        nested = [nested, nested]
+    started = time.process_time()
+    assert valid_unicode({"content": nested}) == {"content": nested}
+    assert time.process_time() - started < 1.0

@@ -1,7 +1,7 @@
 """Reward functions for ``GRPOTrainer``, each computed from the env's ``info`` only.
 
 TRL calls a reward function with the rollout's extra fields as keywords; :mod:`hopgym.train.rollout`
-returns each completion's :class:`~hopgym.train.rollout.EpisodeRecord` under ``hopgym``. Two rewards:
+returns each completion's :class:`~hopgym.train.rollout.TrainEpisode` under ``hopgym``. Two rewards:
 
 - :func:`env_reward`: the env's own reward of the episode (its official scoring: 1.0 for a correct final
   answer, else 0.0; 0.0 for an episode the token budget cut before it ended).
@@ -23,7 +23,7 @@ from typing import Any
 
 from hopgym.envs.env_checker import CALL_STATUSES
 from hopgym.errors import ConfigError
-from hopgym.train.rollout import RECORD_FIELD, EpisodeRecord
+from hopgym.train.rollout import RECORD_FIELD, TrainEpisode
 
 DEFAULT_CALL_WEIGHTS: Mapping[str, float] = {
     "ok": 0.5,
@@ -40,7 +40,7 @@ costs; a tool's own failure, timeout or resource limit is neither (ToolHop's too
 inputs)."""
 
 
-def episode_records(kwargs: Mapping[str, Any]) -> Sequence[EpisodeRecord]:
+def episode_records(kwargs: Mapping[str, Any]) -> Sequence[TrainEpisode]:
     """The episode records TRL passed to a reward function."""
     records = kwargs.get(RECORD_FIELD)
     if records is None:
@@ -75,7 +75,7 @@ class ShapedReward:
         self.call_weights = weights
         self.correct_weight = correct_weight
 
-    def terms(self, record: EpisodeRecord) -> dict[str, float]:
+    def terms(self, record: TrainEpisode) -> dict[str, float]:
         """The three terms of one episode, unweighted but for the calls' per-status weights."""
         turns = record["turns"]
         statuses = [call["status"] for turn in turns for call in turn["calls"]]
@@ -85,7 +85,7 @@ class ShapedReward:
             "correct": record["reward"],
         }
 
-    def score(self, record: EpisodeRecord) -> float:
+    def score(self, record: TrainEpisode) -> float:
         terms = self.terms(record)
         return self.format_weight * terms["format"] + terms["calls"] + self.correct_weight * terms["correct"]
 

@@ -21,7 +21,7 @@ unfinished episode asks for its reply. The tool-result tokens come from TRL's ow
 ``_get_tool_suffix_ids``. Both are private methods of the pinned TRL (``pyproject.toml``'s ``train``
 extra); the tests run them.
 
-Each completion's :class:`EpisodeRecord` (the env's ``info`` per turn: call records with their statuses,
+Each completion's :class:`TrainEpisode` (the env's ``info`` per turn: call records with their statuses,
 reward, termination, metrics) is returned as the ``hopgym`` field, which TRL hands to the reward functions
 (:mod:`hopgym.train.rewards`), so every reward is computed from what the env reported.
 """
@@ -71,7 +71,7 @@ class TurnRecord(TypedDict):
     truncated: bool
 
 
-class EpisodeRecord(TypedDict):
+class TrainEpisode(TypedDict):
     """One completion's episode: its task, turns, and how the env ended (or did not end) it."""
 
     task_id: str
@@ -224,7 +224,7 @@ class _Episode:
         self.pending: tuple[str, dict[str, Any] | str, bool] | None = None
         """The last turn sent to the env: text, action, well formed."""
         self.policy_seconds = 0.0
-        self.record: EpisodeRecord = {
+        self.record: TrainEpisode = {
             "task_id": task_id,
             "turns": [],
             "reward": 0.0,
@@ -311,7 +311,7 @@ class HopgymRollout:
         self,
         rollouts: Rollouts,
         tokenizer: Any,
-        on_rollout: Callable[[list[EpisodeRecord], float], None] | None = None,
+        on_rollout: Callable[[list[TrainEpisode], float], None] | None = None,
         first_env: gym.Env | None = None,
         call_example: bool = False,
     ) -> None:

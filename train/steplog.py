@@ -24,7 +24,7 @@ from typing import Any
 from transformers import TrainerCallback
 
 from hopgym.agents.evaluation.run_folder import json_bytes, open_append, read_records, replace_file
-from hopgym.train.rollout import EpisodeRecord
+from hopgym.train.rollout import TrainEpisode
 
 STEP_LOG = "steps.jsonl"
 FEEDBACK_CHARS = 2000
@@ -39,13 +39,13 @@ def _logged_call(call: Mapping[str, Any]) -> dict[str, Any]:
     return {**kept, "feedback": feedback[:FEEDBACK_CHARS], "feedback_chars": len(feedback)}
 
 
-def episode_entry(record: EpisodeRecord, rewards: Mapping[str, float]) -> dict[str, Any]:
+def episode_entry(record: TrainEpisode, rewards: Mapping[str, float]) -> dict[str, Any]:
     """One episode as the log holds it: the record, its call feedback cut, and each reward's value."""
     turns = [{**turn, "calls": [_logged_call(call) for call in turn["calls"]]} for turn in record["turns"]]
     return {**record, "turns": turns, "rewards": dict(rewards)}
 
 
-def step_summary(records: Sequence[EpisodeRecord], totals: Sequence[float], group: int) -> dict[str, Any]:
+def step_summary(records: Sequence[TrainEpisode], totals: Sequence[float], group: int) -> dict[str, Any]:
     """Counts over a step's episodes: call statuses, parsed and well-formed turns, reward spread per group
     (``group`` consecutive episodes share a prompt, as TRL's sampler orders them)."""
     turns = [turn for record in records for turn in record["turns"]]
@@ -74,12 +74,12 @@ class StepLog(TrainerCallback):
         self.path = path
         self.rewards = dict(rewards)
         self.group = group
-        self._records: list[EpisodeRecord] = []
+        self._records: list[TrainEpisode] = []
         self._generation_seconds = 0.0
         self._step_started = 0.0
         self._step_seconds = 0.0
 
-    def collect(self, records: list[EpisodeRecord], generation_seconds: float) -> None:
+    def collect(self, records: list[TrainEpisode], generation_seconds: float) -> None:
         self._records += records
         self._generation_seconds += generation_seconds
 

@@ -6,7 +6,7 @@ the whole KG, or the bare query plus KG tools, per ``kg``) and the row's candida
 it from the live KG, scores the extraction, and shows the query with the extracted sub-KG. The episode ends
 at the first message that calls a candidate tool (or calls nothing; without KG tools, at the first
 message): its calls are recorded, not executed, and scored against the gold call (reward = EM);
-``info["metrics"]`` holds the paper's metrics (``familytool_metrics``). With ``kg="tools"`` the agent may
+``info["metrics"]`` holds the paper's metrics (``metrics.py``). With ``kg="tools"`` the agent may
 first call the generated KG tools, which run in the sandbox against the live graph ``env.unwrapped.kg``
 (add or remove triples between or during episodes; the next call sees them).
 """

@@ -13,7 +13,7 @@ from hopgym.envs.feedback import FeedbackMode
 from hopgym.envs.toolhop.codeact import code_of, run_code
 from hopgym.envs.toolhop.official import OfficialExecutor, official_call_record
 from hopgym.envs.toolhop.prompts import SCENARIOS
-from hopgym.envs.toolhop.protocols import PROTOCOLS, ProtocolName, get_protocol
+from hopgym.envs.toolhop.protocols import ProtocolName, get_protocol
 from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
@@ -23,7 +23,7 @@ from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.tasks.toolhop.task import Task
 
 Scenario = Literal["direct", "mandatory", "free"]
-__all__ = ["PROTOCOLS", "Scenario", "ToolHopEnv"]
+__all__ = ["Scenario", "ToolHopEnv"]
 
 
 class ToolHopEnv(ChatToolEnv[Task]):

@@ -33,13 +33,16 @@ def _numbered_rows(text: str) -> Iterator[tuple[int, Any]]:
             if line.strip():
                 try:
                     yield number, json.loads(line)
-                except json.JSONDecodeError as exc:
+                except (ValueError, RecursionError) as exc:  # not JSON, a 5000-digit number, deep nesting
                     yield number, exc
         return
     try:
         json.loads(text)  # the list as a whole is strict JSON; the scan below only finds where rows start
     except json.JSONDecodeError as exc:
         yield exc.lineno, exc
+        return
+    except (ValueError, RecursionError) as exc:
+        yield 1, exc
         return
     decoder, position, start, number = json.JSONDecoder(), text.index("[") + 1, 0, 1
     while True:
@@ -59,6 +62,10 @@ def _problem(row: Any) -> str | None:
     """What is wrong with a parsed row by the schema, or None."""
     if isinstance(row, json.JSONDecodeError):
         return f"not JSON ({row.msg} at column {row.colno})"
+    if isinstance(row, RecursionError):
+        return "not JSON it can read (nested too deep)"
+    if isinstance(row, ValueError):
+        return f"not JSON it can read ({str(row)[:200]})"
     errors = sorted(_VALIDATOR.iter_errors(row), key=lambda error: list(error.absolute_path))
     if not errors:
         return None
