@@ -334,6 +334,10 @@ def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
         HopgymRollout(rollouts, tokenizer=None)
     rollouts.shutdown()
     assert "CartPole-v1" in str(refused.value) and "native tool calls" in str(refused.value)
+    extracting = Rollouts("FamilyTool-v0", {"kg": "extract"}, concurrency=1)
+    with pytest.raises(ConfigError, match="kg='extract' rewrites the query"):  # a special first turn
+        HopgymRollout(extracting, tokenizer=None)
+    extracting.shutdown()
 
 
 def test_the_call_example_is_a_call_the_rollout_parses_and_the_env_accepts():

@@ -95,9 +95,14 @@ class _OutOfTokens(ModelError):
 def check_env(env: gym.Env, env_id: str) -> None:
     """Refuse, before any training, an env the rollout cannot play (see the module docstring)."""
     try:
-        chat_env(env)
+        inner = chat_env(env)
     except ConfigError as exc:
         raise ConfigError(f"hopgym train plays {PROTOCOL} on hopgym's chat envs; {env_id}: {exc}") from None
+    if getattr(inner, "kg_mode", None) == "extract":
+        raise ConfigError(
+            f"hopgym train plays {PROTOCOL}; {env_id} with kg='extract' rewrites the query after the first "
+            "reply (KGETool's extraction turn), which a completion cannot hold: use another kg mode"
+        )
 
 
 def with_call_example(
@@ -247,6 +252,8 @@ class _Episode:
             self.tools = list(observation["tools"])
             self.prompt_ids = self.rollout.prompt_ids(messages, self.tools)
         else:
+            if len(messages) <= self.seen or messages[self.seen].get("role") != "assistant":
+                raise HopgymError("the env rewrote the chat after a reply instead of answering it")
             calls = self._turn_ended(info, 0.0, False, False)
             added = tool_suffix_messages(messages[self.seen + 1 :], calls)
             suffix = list(self.batch.trainer._get_tool_suffix_ids(added))
