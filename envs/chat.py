@@ -7,6 +7,7 @@ becomes validated, executed and recorded calls; those steps live here once.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -241,8 +242,8 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
         self.tasks = tasks
         self._index_of = {task.id: i for i, task in enumerate(tasks)}
         if len(self._index_of) < len(tasks):  # reset by task_id, records and --resume key on the id
-            seen: set[str] = set()
-            repeated = sorted({task.id for task in tasks if task.id in seen or seen.add(task.id)})
+            counts = Counter(task.id for task in tasks)
+            repeated = sorted(task_id for task_id, count in counts.items() if count > 1)
             raise DataError(f"task ids must be unique; repeated: {', '.join(repeated[:10])}")
         self.data_files = tuple(data_files)
 

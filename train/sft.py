@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED
 from hopgym.train.model import load_model, load_tokenizer
@@ -27,7 +28,8 @@ from hopgym.train.model import load_model, load_tokenizer
 def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]:
     """One chat per task whose gold solution path the env scores correct: the env's first messages, one
     assistant call per solution step with the env's tool message after it, then the answer names."""
-    tasks = env.unwrapped.tasks
+    inner = chat_env(env)
+    tasks = inner.tasks
     if not indices or not hasattr(tasks[indices[0]], "solution"):
         raise ConfigError(f"{env.spec.id if env.spec else env}: its tasks carry no gold solution path")
     chats = []
@@ -44,7 +46,7 @@ def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]
             if terminated or truncated:  # a path as long as max_turns: no turn left to answer
                 break
         else:
-            answer = "\n".join(sorted({env.unwrapped.source.label(a) for a in task.answers}))
+            answer = "\n".join(sorted({inner.source.label(a) for a in task.answers}))  # type: ignore[attr-defined]
             observation, reward, terminated, _, _ = env.step(answer)
             if terminated and reward == 1.0:
                 chats.append({"messages": observation["messages"], "tools": observation["tools"]})
@@ -119,7 +121,7 @@ def warm_start(
         torch.set_num_threads(threads)
     env = make_env(env_id, env_kwargs)
     try:
-        count = len(env.unwrapped.tasks)
+        count = len(chat_env(env).tasks)
         chats = demonstrations(env, range(min(count, limit) if limit else count))
     finally:
         env.close()
