@@ -28,6 +28,7 @@ from hopgym.sandbox import kernelfiles
 from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
 from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, worker_command
 from hopgym.sandbox.launcher import (
+    HostLauncher,
     PausingConnection,
     Reaper,
     exited,
@@ -35,8 +36,8 @@ from hopgym.sandbox.launcher import (
     worker_pid,
 )
 from hopgym.sandbox.limits import SandboxLimits
-from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
-from hopgym.sandbox.protocol import PipeWriter, ready, reply_cap
+from hopgym.sandbox.pool import WorkerHandle, await_ready, check_hardening
+from hopgym.sandbox.protocol import PipeWriter, ready
 from hopgym.sandbox.worker import PROTOCOL_VERSION
 
 _CONTROL_MESSAGE_BYTES = 4096
@@ -151,7 +152,7 @@ class ForkServer:
         return f"\nfork-server stderr:\n{text[-2000:]}" if text else ""
 
 
-class ForkingLauncher(Launcher):
+class ForkingLauncher(HostLauncher):
     """Starts each worker by a fork of the sandbox's template (see the module's docstring)."""
 
     def __init__(
@@ -161,18 +162,11 @@ class ForkingLauncher(Launcher):
         policy: str | None,
         cgroups: CgroupPlan,
     ) -> None:
-        self._plan = plan
-        self._cgroups = cgroups
-        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
-        self._start_timeout = limits.start_timeout
+        super().__init__(plan, limits, cgroups)
         self._server = ForkServer(worker_command(plan, limits, policy, template=True), limits.start_timeout)
-        self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
-        try:
-            cgroup = self._cgroups.create()
-        except OSError as exc:
-            raise SandboxError(f"creating the worker's cgroup failed: {exc}") from exc
+        cgroup = self._new_cgroup()
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, exit status
         worker_ends = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         try:

@@ -15,7 +15,7 @@ from typing import Any
 
 from hopgym.errors import SandboxError
 from hopgym.sandbox import kernelfiles
-from hopgym.sandbox.cgroups import CgroupPlan
+from hopgym.sandbox.cgroups import CgroupPlan, WorkerCgroup
 from hopgym.sandbox.isolation import WORKER_ENVIRONMENT, IsolationPlan, worker_command
 from hopgym.sandbox.limits import SandboxLimits
 from hopgym.sandbox.pool import Launcher, WorkerHandle, await_ready, check_hardening
@@ -25,7 +25,26 @@ _BWRAP_SIGNAL_BASE = 128
 """bubblewrap exits with 128 + n when the sandboxed worker was killed by signal n."""
 
 
-class ProcessLauncher(Launcher):
+class HostLauncher(Launcher):
+    """What the process backend's launchers share: the isolation plan, each worker's own cgroup, the reply
+    cap, the start deadline and the reaper of killed workers."""
+
+    def __init__(self, plan: IsolationPlan, limits: SandboxLimits, cgroups: CgroupPlan) -> None:
+        self._plan = plan
+        self._cgroups = cgroups
+        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
+        self._start_timeout = limits.start_timeout
+        self._reaper = Reaper()
+
+    def _new_cgroup(self) -> WorkerCgroup | None:
+        """The next worker's cgroup (None when the plan has none)."""
+        try:
+            return self._cgroups.create()
+        except OSError as exc:
+            raise SandboxError(f"creating the worker's cgroup failed: {exc}") from exc
+
+
+class ProcessLauncher(HostLauncher):
     """Starts ``worker.py`` as a child process (under bwrap unless the plan says otherwise), in its own
     cgroup when ``cgroups`` plans one."""
 
@@ -36,18 +55,11 @@ class ProcessLauncher(Launcher):
         policy: str | None,
         cgroups: CgroupPlan,
     ) -> None:
-        self._plan = plan
-        self._cgroups = cgroups
+        super().__init__(plan, limits, cgroups)
         self._command = worker_command(plan, limits, policy)
-        self._reply_cap = reply_cap(limits.result_cap, limits.output_cap)
-        self._start_timeout = limits.start_timeout
-        self._reaper = Reaper()
 
     def start(self) -> WorkerHandle:
-        try:
-            cgroup = self._cgroups.create()
-        except OSError as exc:
-            raise SandboxError(f"creating the worker's cgroup failed: {exc}") from exc
+        cgroup = self._new_cgroup()
         process = subprocess.Popen(
             cgroup.join_command(self._command) if cgroup else self._command,
             stdin=subprocess.PIPE,
