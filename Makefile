@@ -33,14 +33,15 @@ demo: local-model
 		--env-arg max_turns=2 --max-tokens 128 --out runs/demo
 	$(PY) .ci/check_demo.py runs/demo
 
-# The type check runs beside the tests (the suite's workers often wait on servers and subprocesses); its
-# report follows theirs, and either failing fails the target.
+# The type check runs beside the tests (the suite's workers often wait on servers and subprocesses, so
+# three workers on two cores: 12 min against 14 with two, 2026-11-26); its report follows theirs, and either
+# failing fails the target.
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	@log=$$(mktemp); $(VENV)/bin/mypy -p hopgym > $$log 2>&1 & typecheck=$$!; \
 	trap 'kill $$typecheck 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
-	$(PY) -m pytest -q -n 2 --dist loadgroup; tests=$$?; \
+	$(PY) -m pytest -q -n 3 --dist loadgroup; tests=$$?; \
 	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
 	exit $$(( tests || types ))
 

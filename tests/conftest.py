@@ -1,4 +1,4 @@
-"""Suite-wide scheduling: `make test` runs the suite on two pytest-xdist workers (--dist loadgroup)."""
+"""Suite-wide scheduling: `make test` runs the suite on three pytest-xdist workers (--dist loadgroup)."""
 
 from __future__ import annotations
 
