@@ -110,7 +110,7 @@ def grpo_args(config: TrainConfig) -> Any:
         vllm_mode="colocate",
         disable_tqdm=not config.progress,
         dataloader_num_workers=0,
-        gradient_checkpointing=False,  # TRL's default trades time for memory a 135M model does not need
+        activation_checkpointing=False,  # TRL's default trades time for memory a 135M model does not need
     )
 
 

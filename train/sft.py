@@ -144,7 +144,7 @@ def warm_start(
         use_cpu=not torch.cuda.is_available(),
         disable_tqdm=not progress,
         dataloader_num_workers=0,
-        gradient_checkpointing=False,
+        activation_checkpointing=False,
     )
     trainer = SFTTrainer(model=network, args=arguments, train_dataset=dataset, processing_class=tokenizer)
     result = trainer.train()
