@@ -30,6 +30,9 @@ from hopgym.errors import EnvServerError
 
 _REFUSAL_WAIT = 1.0
 """How long to look for the server's last frame (its reason) once it closed the connection."""
+_timeout = getattr(asyncio, "timeout", None)
+"""``asyncio.timeout`` (Python 3.11+): a deadline on the current task, where ``wait_for`` before 3.12 makes
+a new task for every message received."""
 
 
 class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
@@ -60,6 +63,13 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
             except InvalidStatus as exc:
                 raise EnvServerError(f"{self._ws_url} refused the session: {exc}") from exc
         return self
+
+    async def _receive(self) -> dict[str, Any]:
+        if _timeout is None:
+            return await super()._receive()  # type: ignore[no-any-return]
+        async with _timeout(self._message_timeout):
+            raw = await self._ws.recv()
+        return json.loads(raw)  # type: ignore[no-any-return]
 
     async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
