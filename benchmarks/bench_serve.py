@@ -20,7 +20,9 @@ Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--
   (target: at most 2x).
 Every side is measured in ``--rounds`` rounds, sides alternating in order within each, so that the machine's
 drifting load falls on all of them; figures pool all rounds. Each episode calls the task's first tool
-(placeholder arguments) for ``--turns`` turns, then answers.
+(placeholder arguments) for ``--turns`` turns, then answers. ``--loop uvloop`` runs this process's sides
+(the policy's and the clients' event loop: the trainer's) on uvloop instead of asyncio's own loop; the
+servers run on uvicorn's loop (uvloop) either way.
 """
 
 from __future__ import annotations
@@ -280,17 +282,22 @@ def over_the_wire(url: str) -> Side:
 
 
 def measure(
-    sides: dict[str, Side], levels: list[int], episodes: int, turns: int, rounds: int
+    sides: dict[str, Side], levels: list[int], episodes: int, turns: int, rounds: int, loop: str
 ) -> dict[str, Any]:
-    """Every side at every level, in ``rounds`` rounds whose order of sides alternates; each side's figures
-    pool its rounds."""
+    """Every side at every level, in ``rounds`` rounds whose order of sides alternates, each on a new event
+    loop of the kind ``loop`` names; each side's figures pool its rounds."""
+    run: Callable[[Any], Samples] = asyncio.run
+    if loop == "uvloop":
+        import uvloop
+
+        run = uvloop.run
     out: dict[str, dict[int, Any]] = {side: {} for side in sides}
     for level in levels:
         samples: dict[str, Samples] = {side: ([], 0.0) for side in sides}
         for round_number in range(rounds):
             order = list(sides) if round_number % 2 == 0 else list(reversed(sides))
             for side in order:
-                step_ms, seconds = asyncio.run(sides[side](level, level * episodes, turns))
+                step_ms, seconds = run(sides[side](level, level * episodes, turns))
                 samples[side] = (samples[side][0] + step_ms, samples[side][1] + seconds)
         for side in sides:
             out[side][level] = figures(*samples[side])
@@ -346,6 +353,7 @@ def main() -> None:
     parser.add_argument("--out", help="also write the JSON figures to this file")
     parser.add_argument("--baseline", help="also run the server from this checkout")
     parser.add_argument("--rounds", type=int, default=4, help="rounds per side (sides alternate)")
+    parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the clients' loop")
     parser.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--env-step-block", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -356,7 +364,7 @@ def main() -> None:
         env_step_block(args.env_step_block)
         return
     levels = [int(level) for level in args.concurrency.split(",")]
-    result: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds}
+    result: dict[str, Any] = {"turns": args.turns, "rounds": args.rounds, "loop": args.loop}
     result.update(env_step_vs_sandbox(args.calls, args.rounds, args.baseline))
     servers = {
         "server": serve(hopgym_server(max(levels), args.turns)),
@@ -367,7 +375,7 @@ def main() -> None:
     sides: dict[str, Side] = {"in_process": in_process, "verifiers": through_verifiers}
     sides.update({name: over_the_wire(url) for name, (_, url) in servers.items()})
     try:
-        result.update(measure(sides, levels, args.episodes, args.turns, args.rounds))
+        result.update(measure(sides, levels, args.episodes, args.turns, args.rounds, args.loop))
     finally:
         for process, _ in servers.values():
             stop(process)

@@ -20,6 +20,7 @@ from typing import Any
 
 from hopgym.tasks.tool_schema import (
     ArgumentCheckError,
+    ArgumentValidator,
     argument_errors,
     argument_validator,
     check_tool_schema,
@@ -38,6 +39,8 @@ MAX_VALUE_ERRORS = 10
 """Schema violations reported per call (a huge array can violate a schema millions of times)."""
 MESSAGE_CHARS = 500
 """Characters kept of one validation message (messages quote the offending value)."""
+_ENCODER = json.JSONEncoder(ensure_ascii=False)
+"""``json.dumps(value, ensure_ascii=False)`` without making an encoder at every call."""
 
 
 @dataclass(frozen=True)
@@ -90,7 +93,7 @@ def _json_round_trip(arguments: Mapping[str, Any], raw: Any = None) -> tuple[Any
     Arguments parsed from ``raw`` JSON text are plain JSON values already: only checked, not rebuilt."""
     kept = stand_in(arguments) if raw is None else raw
     try:
-        text = json.dumps(arguments, ensure_ascii=False)
+        text = _ENCODER.encode(arguments)
         size = len(text.encode("utf-8"))
     except UnicodeEncodeError:
         return stand_in(kept), "arguments are not valid Unicode (they hold a lone surrogate)"
@@ -126,9 +129,9 @@ class ToolValidator:
         self._schemas = {tool["function"]["name"]: tool["function"]["parameters"] for tool in tools}
         for name, schema in self._schemas.items():
             check_tool_schema(schema, f"tool {name!r}")
-        self._validators: dict[str, Any] = {}
+        self._validators: dict[str, ArgumentValidator] = {}
 
-    def _validator(self, name: str) -> Any:
+    def _validator(self, name: str) -> ArgumentValidator:
         if name not in self._validators:
             self._validators[name] = argument_validator(self._schemas[name])
         return self._validators[name]

@@ -12,11 +12,13 @@ cost about 5 ms a tool (25 s for the full ToolHop file), so a keyword with a mal
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import functools
 import json
 import time
 from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import re2
@@ -27,6 +29,7 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from hopgym.errors import DataError
+from hopgym.tasks.schema_accept import Accept, acceptor
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """Longest tool schema accepted, as JSON text (the real ToolHop schemas stay under 3 KiB)."""
@@ -115,17 +118,33 @@ SafeValidator = extend(
 """Draft 2020-12 with the safe keywords above, each application checked against the budget."""
 
 
-def argument_validator(schema: Mapping[str, Any]) -> Any:
+@dataclass(frozen=True)
+class ArgumentValidator:
+    """A schema's jsonschema validator and, for the common subset of schemas, its fast acceptor
+    (:mod:`hopgym.tasks.schema_accept`), which spares jsonschema's walk for valid arguments."""
+
+    validator: Any
+    accepts: Accept | None
+
+
+_APPLIED = frozenset(SafeValidator.VALIDATORS)
+
+
+def argument_validator(schema: Mapping[str, Any]) -> ArgumentValidator:
     """A validator of arguments for a schema that :func:`check_tool_schema` accepted."""
-    return SafeValidator(schema, registry=REGISTRY)
+    return ArgumentValidator(SafeValidator(schema, registry=REGISTRY), acceptor(schema, _APPLIED))
 
 
-def argument_errors(validator: Any, arguments: Any, limit: int) -> list[ValidationError]:
-    """At most ``limit`` errors of ``arguments``, found within the budget (else ArgumentCheckError)."""
+def argument_errors(validator: ArgumentValidator, arguments: Any, limit: int) -> list[ValidationError]:
+    """At most ``limit`` errors of ``arguments`` (plain JSON data), found within the budget (else
+    ArgumentCheckError); none, without asking jsonschema, when the fast acceptor accepts them."""
+    with contextlib.suppress(RecursionError):
+        if validator.accepts is not None and validator.accepts(arguments):
+            return []
     token = _deadline.set(time.monotonic() + VALIDATION_SECONDS)
     try:
         errors = []
-        for error in validator.iter_errors(arguments):
+        for error in validator.validator.iter_errors(arguments):
             errors.append(error)
             if len(errors) >= limit:
                 break

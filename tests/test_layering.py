@@ -63,6 +63,7 @@ SHARED_MODULES = {
     "hopgym.tasks": {
         "sampling": 0,
         "tool_schema": 0,
+        "schema_accept": 0,
         "tool_source": 0,
         "data_files": 0,
         "downloads": 4,

@@ -31,7 +31,7 @@ require_extra("openenv.core", "serve")
 from websockets.asyncio.client import connect  # noqa: E402 - after the extra is known to be there
 
 from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # noqa: E402
-from hopgym.agents.adapters.openenv_types import HopgymAction  # noqa: E402
+from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation  # noqa: E402
 from hopgym.agents.model.scripted_server import placeholder_arguments  # noqa: E402
 from hopgym.errors import EnvServerError  # noqa: E402
 from hopgym.messages import tool_call  # noqa: E402
@@ -171,21 +171,24 @@ def test_100_episodes_over_8_sessions_equal_in_process_steps(server: tuple[str, 
 def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
     server: tuple[str, subprocess.Popen],
 ) -> None:
-    """The client's chat equals the in-process observation's at every step, while each step's frame
-    carries only the messages the session had not seen (``messages_from`` says where they start)."""
+    """The client's chat and tools equal the in-process observation's at every step, while each step's
+    frame carries only the messages the session had not seen (``messages_from`` says where they start) and
+    no tools when they are the ones sent before (``same_tools``)."""
     url, _ = server
     env = gym.make("ToolHop-v0")
     try:
         expected, (observation, _) = [], env.reset(options={"index": 2})
         expected.append(observation["messages"])
+        tools = observation["tools"]
         actions = [policy(observation, 0), policy(observation, 3)]  # a real tool, then an unknown one
         for chosen in [*actions, "Final answer: x"]:
             observation, *_ = env.step(chosen)
             expected.append(observation["messages"])
+            assert observation["tools"] == tools
     finally:
         env.close()
 
-    async def over_both() -> tuple[list[Any], list[dict[str, Any]]]:
+    async def over_both() -> tuple[list[HopgymObservation], list[dict[str, Any]]]:
         async with HopgymEnvClient(url) as client:
             results = [await client.reset(index=2)]
             for chosen in [*actions, "Final answer: x"]:
@@ -197,11 +200,13 @@ def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
             ]:
                 await ws.send(json.dumps(message))
                 frames.append(json.loads(await ws.recv())["data"]["observation"])
-        return [r.observation.messages for r in results], frames
+        return [r.observation for r in results], frames
 
-    chats, frames = asyncio.run(over_both())
-    assert chats == expected
+    observations, frames = asyncio.run(over_both())
+    assert [o.messages for o in observations] == expected
+    assert all(o.tools == tools and not o.same_tools for o in observations)
     assert [f["messages_from"] for f in frames] == [0, len(expected[0]), len(expected[1])]
+    assert [(f["tools"], f["same_tools"]) for f in frames] == [(tools, False), ([], True), ([], True)]
     assert [f["messages"] for f in frames] == [
         expected[0],
         expected[1][len(expected[0]) :],

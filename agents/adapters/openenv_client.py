@@ -30,6 +30,9 @@ from hopgym.errors import EnvServerError
 
 _REFUSAL_WAIT = 1.0
 """How long to look for the server's last frame (its reason) once it closed the connection."""
+_timeout = getattr(asyncio, "timeout", None)
+"""``asyncio.timeout`` (Python 3.11+): a deadline on the current task, where ``wait_for`` before 3.12 makes
+a new task for every message received."""
 
 
 class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
@@ -42,6 +45,8 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
         self._api_key = api_key
         self._messages: list[dict[str, Any]] = []
         """The session's chat so far, rebuilt from each observation's new messages."""
+        self._tools: list[dict[str, Any]] | None = None
+        """The tools the server sent last (a step whose tools are the same sends none)."""
 
     async def connect(self) -> HopgymEnvClient:
         if self._api_key is None:
@@ -58,6 +63,13 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
             except InvalidStatus as exc:
                 raise EnvServerError(f"{self._ws_url} refused the session: {exc}") from exc
         return self
+
+    async def _receive(self) -> dict[str, Any]:
+        if _timeout is None:
+            return await super()._receive()  # type: ignore[no-any-return]
+        async with _timeout(self._message_timeout):
+            raw = await self._ws.recv()
+        return json.loads(raw)  # type: ignore[no-any-return]
 
     async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -87,7 +99,8 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
         return action.model_dump(exclude_none=True, exclude={"metadata"})
 
     def _parse_result(self, payload: dict[str, Any]) -> StepResult[HopgymObservation]:
-        """The observation with the whole chat: the server sends a step's new messages only."""
+        """The observation with the whole chat and the tools: the server sends a step's new messages only,
+        and its tools only when they changed."""
         reward, done = payload.get("reward"), bool(payload.get("done"))
         observation = HopgymObservation(**payload.get("observation", {}), reward=reward, done=done)
         start = observation.messages_from
@@ -95,9 +108,14 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
             raise EnvServerError(
                 f"the server sent messages from {start} on, but this session holds {len(self._messages)}"
             )
+        if not observation.same_tools:
+            self._tools = observation.tools
+        elif self._tools is None:
+            raise EnvServerError("the server sent the same tools as before, but this session holds none")
         self._messages = self._messages[:start] + observation.messages
-        observation = observation.model_copy(update={"messages": self._messages, "messages_from": 0})
-        return StepResult(observation=observation, reward=reward, done=done)
+        tools = list(self._tools)  # a caller editing one observation's tools leaves the next one's alone
+        whole = {"messages": self._messages, "messages_from": 0, "tools": tools, "same_tools": False}
+        return StepResult(observation=observation.model_copy(update=whole), reward=reward, done=done)
 
     def _parse_state(self, payload: dict[str, Any]) -> HopgymState:
         return HopgymState(**payload)

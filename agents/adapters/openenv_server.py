@@ -118,6 +118,8 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         self._state = HopgymState(env_id=served.env_id)
         self._sent: list[dict[str, Any]] = []
         """The chat as the session's client has it (what the last observation sent it made up)."""
+        self._sent_tools: list[dict[str, Any]] | None = None
+        """The tools the session's client has (None: none sent yet in this episode)."""
 
     def reset(
         self, seed: int | None = None, episode_id: str | None = None, **options: Any
@@ -129,7 +131,7 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         self._state = HopgymState(
             env_id=self._served.env_id, episode_id=episode_id, task_id=info.get("task_id")
         )
-        self._sent = []
+        self._sent, self._sent_tools = [], None
         return self._observation(observation, 0.0, False, False, info)
 
     def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
@@ -164,17 +166,22 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         info: dict[str, Any],
     ) -> HopgymObservation:
         """The observation to send: the messages the client has not seen yet, or the whole chat when the
-        env's chat does not extend what was sent (a new episode, or an env that rewrites its history)."""
-        messages = observation["messages"]
+        env's chat does not extend what was sent (a new episode, or an env that rewrites its history); the
+        tools only when they are not the ones sent before. (The env hands back the same message and tool
+        dicts at every step, so these comparisons stop at identity.)"""
+        messages, tools = observation["messages"], observation["tools"]
         start = len(self._sent)
         if len(messages) < start or messages[:start] != self._sent:
             start = 0
         self._sent = list(messages)
-        # Built without validation: the env's own plain JSON data (validating it again would cost per step).
-        return HopgymObservation.model_construct(
+        same_tools = tools == self._sent_tools
+        self._sent_tools = tools
+        # Validated: pydantic's validation of plain JSON data costs less than its model_construct.
+        return HopgymObservation(
             messages=messages[start:],
             messages_from=start,
-            tools=observation["tools"],
+            tools=[] if same_tools else tools,
+            same_tools=same_tools,
             info=info,
             reward=reward,
             done=terminated or truncated,
@@ -185,7 +192,8 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
 
 def uvicorn_server(app: Any) -> Any:
     """The uvicorn server ``hopgym serve env`` runs ``app`` on. No permessage-deflate: on the loopback or a
-    LAN, compressing every observation costs more than the bytes it saves."""
+    LAN, compressing every observation costs more than the bytes it saves. The loop is uvloop (the ``serve``
+    extra installs it; uvicorn's ``auto`` picks it): about 60 µs less per step than asyncio's own."""
     import uvicorn
 
     return uvicorn.Server(

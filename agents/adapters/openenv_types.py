@@ -4,7 +4,9 @@ OpenEnv's WebSocket reply carries an observation without its ``metadata``, so ho
 with status and feedback, metrics, the gold answer on termination) is a declared field, as are the chat
 ``messages`` and offered ``tools`` of hopgym's observation and gymnasium's ``terminated`` / ``truncated``
 (OpenEnv's ``done`` is either). On the wire a step's ``messages`` holds only what is new since the
-session's previous observation, from ``messages_from`` on: the chat is not serialised again at every step.
+session's previous observation, from ``messages_from`` on, and its ``tools`` are left out when they are the
+ones sent before (``same_tools``): neither the chat nor the tool schemas are serialised, sent, parsed and
+validated again at every step.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ class HopgymObservation(Observation):
         "session has not seen yet (hopgym's client puts the whole chat back together); 0: the whole chat",
     )
     tools: list[dict[str, Any]] = Field(default_factory=list, description="OpenAI tool schemas offered")
+    same_tools: bool = Field(
+        default=False,
+        description="on the wire: the tools are those of the session's previous observation, so ``tools`` is "
+        "sent empty (hopgym's client puts them back); False: ``tools`` is the list offered",
+    )
     info: dict[str, Any] = Field(default_factory=dict, description="hopgym's info of this reset or step")
     terminated: bool = False
     truncated: bool = False

@@ -132,7 +132,11 @@ class ToolHopEnv(ChatToolEnv[Task]):
             return super()._run_call(call)
         call_id, name, raw_arguments = call
         check = self._validator.check(name, raw_arguments, empty_is_object=False)
-        outcome = self._executor.run(name, raw_arguments)
+        # Arguments text the check parsed into a dict is what the official json.loads makes of it.
+        parsed = (
+            check.arguments if isinstance(raw_arguments, str) and isinstance(check.arguments, dict) else None
+        )
+        outcome = self._executor.run(name, raw_arguments, parsed)
         self._stopped = outcome.stops_run
         return official_call_record(call_id, name, check, outcome, self.feedback)
 

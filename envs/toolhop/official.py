@@ -100,8 +100,9 @@ class OfficialExecutor:
         self._lookup_fails = None in names
         self._callable = {name for name in names if name is not None} & set(loaded)
 
-    def run(self, name: Any, raw_arguments: Any) -> OfficialOutcome:
-        arguments, problem = parse_official_arguments(raw_arguments)
+    def run(self, name: Any, raw_arguments: Any, parsed: dict[str, Any] | None = None) -> OfficialOutcome:
+        """``parsed``: ``json.loads(raw_arguments)`` when the caller has it already (not parsed twice)."""
+        arguments, problem = (parsed, None) if parsed is not None else parse_official_arguments(raw_arguments)
         if problem is not None:
             return _not_run(name, problem)
         if self._lookup_fails:
