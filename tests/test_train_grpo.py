@@ -2,7 +2,9 @@
 and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact.
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
-The tests of this module share module-scoped fixtures, so they run on one xdist worker (tests/conftest.py).
+The tests of this module run on one xdist worker: they share a module-scoped model and TRL's imports, and
+as a group they are queued before the suite's single tests, so the GRPO step (its longest) is not left to
+run alone at the end of ``make test``.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from hopgym.train.steplog import read_steps  # noqa: E402
 
+pytestmark = pytest.mark.xdist_group("train")
 ROOT = Path(__file__).resolve().parent.parent
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
