@@ -21,13 +21,20 @@ FROM python-pip AS tool-libraries
 RUN python3 -m pip install --quiet --target /opt/hopgym/lib \
         RestrictedPython==9.0 pytz==2026.6 python-dateutil==4.0.0 dicttoxml==1.7.16 babel==2.18.0
 
+# The requirement lists read from pyproject.toml. The stages that install them copy only these files (Docker
+# caches a COPY by the files' content), so an edit elsewhere in pyproject.toml or in README.md reuses their
+# minutes of pip.
+FROM ${BASE} AS requirements
+COPY pyproject.toml /tmp/pyproject.toml
+RUN python3 -c "import tomllib; project = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
+open('/tmp/hopgym.txt', 'w').write('\n'.join(project['dependencies'])); \
+open('/tmp/serve.txt', 'w').write('\n'.join(project['dependencies'] + project['optional-dependencies']['serve']))"
+
 # hopgym itself (dependencies first, so a source change reinstalls only the package).
 FROM python-pip AS hopgym
 WORKDIR /src
-COPY pyproject.toml README.md ./
-RUN python3 -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
-        > /tmp/requirements.txt \
-    && python3 -m pip install --quiet -r /tmp/requirements.txt docker==7.2.0 && rm /tmp/requirements.txt
+COPY --from=requirements /tmp/hopgym.txt /tmp/requirements.txt
+RUN python3 -m pip install --quiet -r /tmp/requirements.txt docker==7.2.0 && rm /tmp/requirements.txt
 COPY . .
 RUN python3 -m pip install --quiet --no-deps . && rm -rf /src/* \
     && useradd --system --uid 10001 --user-group --create-home --shell /usr/sbin/nologin hopgym
@@ -38,10 +45,8 @@ ENTRYPOINT ["hopgym"]
 # What `hopgym serve env` adds (the [serve] extra), resolved with hopgym's own dependencies and kept apart
 # from the source, so a source change reinstalls none of it.
 FROM python-pip AS serve-libraries
-COPY pyproject.toml /tmp/pyproject.toml
-RUN python3 -c "import tomllib; project = tomllib.load(open('/tmp/pyproject.toml', 'rb'))['project']; \
-print('\n'.join(project['dependencies'] + project['optional-dependencies']['serve']))" > /tmp/requirements.txt \
-    && python3 -m pip install --quiet --target /opt/hopgym/serve -r /tmp/requirements.txt
+COPY --from=requirements /tmp/serve.txt /tmp/requirements.txt
+RUN python3 -m pip install --quiet --target /opt/hopgym/serve -r /tmp/requirements.txt
 
 # hopgym serve env (docs/contracts.md, "Training interfaces"). Tool calls run in the process sandbox inside
 # this container, which has no bubblewrap, no root, no user namespaces (Docker's seccomp profile refuses

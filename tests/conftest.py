@@ -9,6 +9,10 @@ import pytest
 from hopgym.agents.model.local_server import THREADS_VARIABLE
 
 LOCAL_MODEL_GROUP = "local-model"
+EARLY = "early"
+"""The mark of a long single test (a minute or more, in no group): xdist queues groups before single tests,
+and single tests in collection order, so an early one is started first among them, not left to end the run
+while the other workers wait."""
 
 # The other worker keeps the second core busy: an embedded server with llama-cpp's default two threads to
 # read prompts spins at every barrier while its second thread waits for a core. One thread does the same
@@ -22,7 +26,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     one core and evict nothing from each other's cache, only take twice as long each. The tests of a
     module with a module-scoped fixture run on one worker too, so that the fixture (a sampled KG, a
     generated trajectory set: up to a minute) is built once, not once per worker. A group a test names
-    itself is kept."""
+    itself is kept. Tests marked early move to the front of the collection."""
     for item in items:
         if item.get_closest_marker("xdist_group") is not None:
             continue
@@ -30,6 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.xdist_group(LOCAL_MODEL_GROUP))
         elif _uses_a_module_fixture(item):
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=lambda item: item.get_closest_marker(EARLY) is None)  # stable: the rest keep their order
 
 
 def _uses_a_module_fixture(item: pytest.Item) -> bool:

@@ -26,7 +26,6 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 require_extra("docker", "docker")
 
-from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # noqa: E402
 from hopgym.errors import DockerUnavailableError  # noqa: E402
 from hopgym.sandbox.docker.engine import build_image, connect_engine, sdk  # noqa: E402
 from tests.test_serve_env import in_process, over_the_server  # noqa: E402
@@ -124,6 +123,8 @@ def test_episodes_in_the_container_equal_in_process_steps(served: tuple[str, str
 
 
 def test_the_container_reports_the_isolation_it_was_asked_for(served: tuple[str, str]) -> None:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
+
     url, logs = served
     assert f"sandbox: {ISOLATION}," in logs
 
@@ -145,6 +146,8 @@ def test_without_an_explicit_weaker_isolation_the_container_refuses_to_start(doc
 
 
 def test_a_session_without_the_api_key_is_refused(served: tuple[str, str]) -> None:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
+
     url, _ = served
 
     async def without_key() -> None:

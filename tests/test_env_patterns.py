@@ -19,8 +19,7 @@ from openai.types.chat import ChatCompletionMessage
 
 import hopgym  # noqa: F401 - registers the envs
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-import litellm  # after the variable above: no network fetch at import
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # litellm's import then fetches nothing
 
 from hopgym.envs.spaces import SHARED_SLOT_BYTES, ChatObservationSpace
 from hopgym.errors import ActionError, ConfigError, HopgymError
@@ -94,6 +93,8 @@ def test_a_bad_action_is_rejected_alike_by_the_space_and_step(env: gym.Env, acti
 
 
 def test_openai_and_litellm_message_objects_are_taken_as_they_are(env: gym.Env) -> None:
+    import litellm  # seconds of imports: not while collecting, on workers that never run this test
+
     observation, _ = env.reset(options={"index": 0})
     call = a_tool_call(observation)
     sdk = ChatCompletionMessage.model_validate({"role": "assistant", "content": None, "tool_calls": [call]})

@@ -70,6 +70,7 @@ def _empty_and_remove(group: Path) -> None:
     raise RuntimeError(f"processes remain in {group}")
 
 
+@pytest.mark.early  # each run takes up to two minutes on 2 busy cores (tests/conftest.py)
 @pytest.mark.parametrize("attack_file", ATTACK_FILES)
 def test_attack_suite_passes_contained(cgroups: list[Path], attack_file: str) -> None:
     def join_cgroups() -> None:

@@ -27,11 +27,11 @@ import pytest
 from tests.extras import require_extra
 
 require_extra("openenv.core", "serve")
+# hopgym's OpenEnv client and action (openenv.core loads FastAPI, MCP and Gradio: seconds) are imported by the
+# functions that use them, so that the xdist workers not running them do not load them while collecting.
 
 from websockets.asyncio.client import connect  # noqa: E402 - after the extra is known to be there
 
-from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # noqa: E402
-from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation  # noqa: E402
 from hopgym.agents.model.scripted_server import placeholder_arguments  # noqa: E402
 from hopgym.errors import EnvServerError  # noqa: E402
 from hopgym.messages import tool_call  # noqa: E402
@@ -141,6 +141,9 @@ def in_process(episodes: range) -> list[Outcome]:
 async def over_the_server(
     url: str, episodes: range, sessions: int, api_key: str | None = None
 ) -> list[Outcome]:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.agents.adapters.openenv_types import HopgymAction
+
     played: dict[int, Outcome] = {}
 
     async def session(mine: list[int]) -> None:
@@ -174,6 +177,9 @@ def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
     """The client's chat and tools equal the in-process observation's at every step, while each step's
     frame carries only the messages the session had not seen (``messages_from`` says where they start) and
     no tools when they are the ones sent before (``same_tools``)."""
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation
+
     url, _ = server
     env = gym.make("ToolHop-v0")
     try:
@@ -250,6 +256,9 @@ def test_an_idle_session_is_closed_with_its_sandbox_and_socket_and_the_client_sa
     """``--session-timeout 2``: a session left waiting loses its env, its sandbox workers (read in /proc),
     its place (one, ``--max-sessions 1``) and its socket, and its client's next step says why; a session
     that keeps stepping for longer than the timeout is never closed (its silences are milliseconds)."""
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.agents.adapters.openenv_types import HopgymAction
+
     timeout = 2.0
     with served("--max-sessions", "1", "--session-timeout", f"{timeout:g}") as (url, process):
 
@@ -317,6 +326,9 @@ async def send_garbage(url: str, frames: int) -> list[str]:
 def test_200_garbage_frames_leave_the_server_serving_and_other_sessions_untouched(
     server: tuple[str, subprocess.Popen],
 ) -> None:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.agents.adapters.openenv_types import HopgymAction
+
     url, process = server
 
     async def scenario() -> tuple[list[str], Outcome, Outcome]:
@@ -339,6 +351,8 @@ def test_200_garbage_frames_leave_the_server_serving_and_other_sessions_untouche
 
 
 def test_a_session_past_the_cap_is_refused_with_a_message(server: tuple[str, subprocess.Popen]) -> None:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+
     url, _ = server
 
     async def scenario() -> str:
@@ -408,6 +422,8 @@ def test_a_server_that_cannot_serve_as_asked_refuses_to_start_and_says_why(
 
 
 def test_an_api_key_guards_every_route_but_health() -> None:
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+
     with served_in_thread("s3cret") as url:
         assert urllib.request.urlopen(f"{url}/health").status == 200
         with pytest.raises(urllib.error.HTTPError) as unauthorized:

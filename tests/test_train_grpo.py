@@ -2,7 +2,9 @@
 and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact.
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
-The tests of this module share module-scoped fixtures, so they run on one xdist worker (tests/conftest.py).
+The tests of this module run on one xdist worker: they share a module-scoped model and TRL's imports, and
+as a group they are queued before the suite's single tests, so the GRPO step (its longest) is not left to
+run alone at the end of ``make test``.
 """
 
 from __future__ import annotations
@@ -29,12 +31,14 @@ if MISSING and os.environ.get("CI") != "true":
 
 from hopgym.errors import ConfigError  # noqa: E402
 from hopgym.train.config import TrainConfig  # noqa: E402
-from hopgym.train.grpo import check_out, start_out, train  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
-from hopgym.train.steplog import read_steps  # noqa: E402
 
+# hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
+# that use them, so that the xdist workers not running this module do not load them while collecting.
+
+pytestmark = pytest.mark.xdist_group("train")
 ROOT = Path(__file__).resolve().parent.parent
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
@@ -74,6 +78,9 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     the call the first episode makes ran in the sandbox (its record, with the tool's own error, is in the
     step log). The first episode's first reply is scripted, so that one call is certain to be made."""
     from trl import GRPOTrainer
+
+    from hopgym.train.grpo import train
+    from hopgym.train.steplog import read_steps
 
     original = GRPOTrainer._generate_single_turn
     scripted: list[str] = []
@@ -203,6 +210,8 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(
 
 
 def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp_path):
+    from hopgym.train.grpo import check_out, start_out
+
     config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
     start_out(config, check_out(config, resume=False))
     with pytest.raises(ConfigError, match="--resume continues it"):
@@ -217,6 +226,9 @@ def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp
 def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_to_it(tmp_path):
     """What a kill leaves: a checkpoint without its trainer state (cut while saving), log lines past the
     last complete checkpoint and a torn last line."""
+    from hopgym.train.grpo import check_out, start_out
+    from hopgym.train.steplog import read_steps
+
     config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
     start_out(config, None)
     for step, complete in ((2, True), (4, True), (6, False)):
@@ -260,11 +272,9 @@ def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_wei
 
 class ScriptedTrainer:
     """The two trainer methods the rollout uses, with replies written by ``reply(prompt text)`` instead of
-    a model: TRL's own tool-result tokens (its ``_get_tool_suffix_ids``, unbound) on a real tokenizer."""
+    a model: TRL's own tool-result tokens (its ``_get_tool_suffix_ids``, called on this object) on a real
+    tokenizer."""
 
-    from trl import GRPOTrainer
-
-    _get_tool_suffix_ids = GRPOTrainer._get_tool_suffix_ids
     max_completion_length = 400
     use_vllm = False
     generation_config = None
@@ -275,6 +285,11 @@ class ScriptedTrainer:
     def __init__(self, tokenizer, reply):
         self.processing_class = self._tokenizer = tokenizer
         self.reply = reply
+
+    def _get_tool_suffix_ids(self, *args, **kwargs):
+        from trl import GRPOTrainer
+
+        return GRPOTrainer._get_tool_suffix_ids(self, *args, **kwargs)
 
     def _generate_single_turn(self, prompt_ids, images, fields, count):
         texts = [self.reply(self.processing_class.decode(ids)) for ids in prompt_ids]
