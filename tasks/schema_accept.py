@@ -7,7 +7,10 @@ ToolHop's schemas use (``type``, ``enum`` of strings, ``properties``, ``required
 ``description`` and ``default``, are ignored as jsonschema ignores them) into a predicate over plain JSON
 values that is True only when Draft 2020-12 finds no error. It may say False for valid arguments (an
 integral float for ``"integer"``, a non-string ``enum`` value): the caller then runs jsonschema, which has
-the last word and writes every message. A schema using anything else has no acceptor (None).
+the last word and writes every message. A schema using anything else has no acceptor (None), and so has one
+with a ``$schema`` (jsonschema switches to that dialect's validator below it). A check costs time linear in
+the arguments: repeated ``type`` names and ``required`` keys are folded when the acceptor is built, so a
+schema cannot multiply the work done per value (the acceptor runs before the validation budget starts).
 """
 
 from __future__ import annotations
@@ -45,7 +48,7 @@ def acceptor(schema: Any, applied: frozenset[str]) -> Accept | None:
 def _accept(schema: Any, applied: frozenset[str]) -> Accept:
     if schema is True:
         return lambda value: True
-    if not isinstance(schema, dict):
+    if not isinstance(schema, dict) or "$schema" in schema:
         raise _Unsupported
     checks = [
         _keyword(keyword, bound, schema, applied) for keyword, bound in schema.items() if keyword in applied
@@ -66,7 +69,7 @@ def _keyword(keyword: str, bound: Any, schema: dict[str, Any], applied: frozense
         names = bound if isinstance(bound, list) else [bound]
         if not names or not all(isinstance(name, str) and name in _TYPES for name in names):
             raise _Unsupported
-        tests = [_TYPES[name] for name in names]
+        tests = [_TYPES[name] for name in dict.fromkeys(names)]  # at most seven, however many are listed
         return lambda value: any(test(value) for test in tests)
     if keyword == "enum":
         if not isinstance(bound, list) or not all(isinstance(member, str) for member in bound):
@@ -90,12 +93,11 @@ def _keyword(keyword: str, bound: Any, schema: dict[str, Any], applied: frozense
     if keyword == "required":
         if not isinstance(bound, list) or not all(isinstance(name, str) for name in bound):
             raise _Unsupported
-        return lambda value: not isinstance(value, dict) or all(name in value for name in bound)
+        names = frozenset(bound)
+        return lambda value: not isinstance(value, dict) or names <= value.keys()
     if keyword == "additionalProperties":
         return _additional(bound, schema, applied)
     if keyword == "items":
-        if "prefixItems" in schema:
-            raise _Unsupported
         item = _accept(bound, applied)
         return lambda value: not isinstance(value, list) or all(item(each) for each in value)
     if keyword == "format":  # an annotation: the validator has no format checker
@@ -104,8 +106,8 @@ def _keyword(keyword: str, bound: Any, schema: dict[str, Any], applied: frozense
 
 
 def _additional(bound: Any, schema: dict[str, Any], applied: frozenset[str]) -> Accept:
-    declared = schema.get("properties", {})
-    if "patternProperties" in schema or not isinstance(declared, dict) or not isinstance(bound, (bool, dict)):
+    declared = schema.get("properties", {})  # a schema with patternProperties or non-dict properties
+    if not isinstance(bound, (bool, dict)):  # has no acceptor: their keywords raise _Unsupported
         raise _Unsupported
     if bound is True:
         return lambda value: True

@@ -1,13 +1,14 @@
 """Tool documents are data: checking a tool's JSON schema once, and validating arguments against it safely.
 
-A task row's schema is hostile input that the host evaluates. So a ``$ref`` resolves only inside the
-document (a :class:`referencing.Registry` that refuses to retrieve anything: no network, no files), a schema
-is size-capped and its references and patterns are checked before it is used, ``pattern`` and
-``patternProperties`` run on RE2 (linear time, so no catastrophic backtracking; a pattern RE2 cannot run is
-refused), ``uniqueItems`` hashes canonical JSON instead of comparing every pair, and each validation has a
-wall-clock budget checked at every keyword it applies. Checking every schema against the meta-schema would
-cost about 5 ms a tool (25 s for the full ToolHop file), so a keyword with a malformed value (``"type":
-"strin"``) is reported on the call that meets it instead, as an :class:`ArgumentCheckError`.
+A task row's schema is hostile input that the host evaluates. So a ``$ref`` resolves only inside the document
+(a :class:`referencing.Registry` that refuses to retrieve anything: no network, no files); a schema is
+size-capped and holds no ``$schema`` (below one, jsonschema switches to that dialect's own validator); its
+references and patterns are checked before it is used; ``pattern`` and ``patternProperties`` run on RE2
+(linear time, so no catastrophic backtracking; a pattern RE2 cannot run is refused); ``uniqueItems`` hashes
+canonical JSON instead of comparing every pair; and each validation has a wall-clock budget checked at every
+keyword it applies. Checking every schema against the meta-schema would cost about 5 ms a tool (25 s for the
+full ToolHop file), so a keyword with a malformed value (``"type": "strin"``) is reported on the call that
+meets it instead, as an :class:`ArgumentCheckError`.
 """
 
 from __future__ import annotations
@@ -183,6 +184,12 @@ def _schema_problem(text: str) -> str | None:
     schema = json.loads(text)
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return 'the parameters schema must be a JSON object schema ({"type": "object", ...})'
+    if _holds_dialect_keyword(schema):
+        return (
+            "$schema is refused anywhere in a tool schema (tool schemas are read as Draft 2020-12; below a "
+            "$schema jsonschema switches to that dialect's own validator, without the linear-time pattern "
+            "engine and the time budget)"
+        )
     try:
         resource = DRAFT202012.create_resource(schema)
         _check_subschema(schema, REGISTRY.resolver_with_root(resource))
@@ -193,6 +200,21 @@ def _schema_problem(text: str) -> str | None:
     except (AttributeError, TypeError, ValueError) as exc:  # e.g. "properties" holding a list
         return f"the parameters schema is malformed ({type(exc).__name__}: {str(exc)[:300]})"
     return None
+
+
+def _holds_dialect_keyword(document: Any) -> bool:
+    """Whether any object in ``document`` has a ``$schema`` key: wherever it sits, a ``$ref`` can reach it,
+    so the whole document is searched, not only the places a Draft 2020-12 keyword looks."""
+    pending = [document]
+    while pending:
+        value = pending.pop()
+        if isinstance(value, dict):
+            if "$schema" in value:
+                return True
+            pending.extend(value.values())
+        elif isinstance(value, list):
+            pending.extend(value)
+    return False
 
 
 class _UnsafeSchema(Exception):

@@ -111,6 +111,7 @@ def test_never_accepts_what_jsonschema_rejects(schema: dict[str, Any], value: An
         {"items": [{"type": "string"}]},
         {"properties": {"a": {"const": 1}}},
         {"patternProperties": {"a": {}}, "additionalProperties": False},
+        {"properties": {"a": {"$schema": "http://json-schema.org/draft-03/schema#", "disallow": "string"}}},
         False,
     ],
 )

@@ -440,3 +440,30 @@ def test_an_api_key_guards_every_route_but_health() -> None:
                 assert result.observation.info["isolation"].startswith(("bwrap", "namespaces"))
 
         asyncio.run(scenario())
+
+
+def test_a_reset_frame_without_tools_is_an_error_not_the_last_episodes_tools() -> None:
+    """A reset's frame always carries its tools; one that says "the same tools" (a server that lost track of
+    what it sent) must fail loudly rather than leave the client offering the last task's tools."""
+    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+
+    tools = [{"type": "function", "function": {"name": "last_task_tool", "parameters": {"type": "object"}}}]
+    frames = [
+        {"messages": [{"role": "user", "content": "q1"}], "tools": tools},
+        {"messages": [{"role": "user", "content": "q2"}], "tools": [], "same_tools": True},
+    ]
+
+    class Replayed(HopgymEnvClient):
+        async def _send_and_receive(self, message: dict[str, Any]) -> dict[str, Any]:
+            observation = {"messages_from": 0, "same_tools": False, "info": {}, **frames.pop(0)}
+            data = {"observation": observation, "reward": None, "done": False}
+            return {"type": "observation", "data": data}
+
+    async def two_resets() -> None:
+        client = Replayed("http://127.0.0.1:9")  # never connects: the frames are replayed
+        first = await client.reset()
+        assert first.observation.tools == tools
+        with pytest.raises(EnvServerError, match="same tools as before, but this session holds none"):
+            await client.reset()
+
+    asyncio.run(two_resets())

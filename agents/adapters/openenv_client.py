@@ -64,6 +64,11 @@ class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
                 raise EnvServerError(f"{self._ws_url} refused the session: {exc}") from exc
         return self
 
+    async def reset(self, **kwargs: Any) -> StepResult[HopgymObservation]:
+        """A new episode: a reset's frame always carries its tools, so none are kept from the last one."""
+        self._tools = None
+        return await super().reset(**kwargs)  # type: ignore[no-any-return]
+
     async def _receive(self) -> dict[str, Any]:
         if _timeout is None:
             return await super()._receive()  # type: ignore[no-any-return]

@@ -173,11 +173,9 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         start = len(self._sent)
         if len(messages) < start or messages[:start] != self._sent:
             start = 0
-        self._sent = list(messages)
         same_tools = tools == self._sent_tools
-        self._sent_tools = tools
         # Validated: pydantic's validation of plain JSON data costs less than its model_construct.
-        return HopgymObservation(
+        sent = HopgymObservation(
             messages=messages[start:],
             messages_from=start,
             tools=[] if same_tools else tools,
@@ -188,6 +186,8 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
             terminated=terminated,
             truncated=truncated,
         )
+        self._sent, self._sent_tools = list(messages), tools  # what the client holds once this frame is out
+        return sent
 
 
 def uvicorn_server(app: Any) -> Any:

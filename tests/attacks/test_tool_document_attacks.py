@@ -8,6 +8,7 @@ from __future__ import annotations
 import inspect
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -113,6 +114,42 @@ def test_a_pattern_the_linear_time_engine_cannot_run_is_refused(tmp_path: Path) 
     schema = {"type": "object", "properties": {"text": {"type": "string", "pattern": "^(a)\\1$"}}}
     with pytest.raises(DataError, match="ToolHop row backreference, tool 'echo': pattern"):
         load_toolhop(write_rows(tmp_path / "rows.jsonl", row("backreference", schema)))
+
+
+DRAFT7 = "http://json-schema.org/draft-07/schema#"
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        {"type": "object", "properties": {"text": {"$schema": DRAFT7, "pattern": "^(a|a)+$"}}},
+        {"$schema": "https://json-schema.org/draft/2020-12/schema", "type": "object", "properties": {}},
+        {  # reachable only through the $ref, under a keyword Draft 2020-12 does not look into
+            "type": "object",
+            "properties": {"text": {"$ref": "#/hidden"}},
+            "hidden": {"$schema": DRAFT7, "dependencies": {"a": ["b"]}},
+        },
+    ],
+    ids=["nested", "root", "behind-a-ref"],
+)
+def test_a_dialect_switch_is_refused(tmp_path: Path, schema: dict[str, Any]) -> None:
+    """Below a ``$schema`` jsonschema validates with that dialect's own validator, which has Python's
+    backtracking ``re`` and no time budget: a catastrophic pattern would hold the host for hours."""
+    with pytest.raises(DataError, match=r"ToolHop row dialect, tool 'echo': \$schema is refused"):
+        load_toolhop(write_rows(tmp_path / "rows.jsonl", row("dialect", schema)))
+
+
+def test_repeated_type_names_do_not_multiply_the_work_per_value() -> None:
+    """The fast acceptor runs before the validation budget starts, so its cost must be linear in the
+    arguments: a 64 KiB ``type`` list of repeats checked over 87,000 items would be ~7 * 10^8 type tests."""
+    names = ["null"] * 8_000 + ["integer"]
+    schema = {"type": "object", "properties": {"text": {"type": "array", "items": {"type": names}}}}
+    validator = ToolValidator([{"type": "function", "function": {"name": "echo", "parameters": schema}}])
+    arguments = json.dumps({"text": [0] * 87_000})  # under the 256 KiB cap on arguments
+    started = time.monotonic()
+    check = finishes(lambda: validator.check("echo", arguments))
+    assert check.status == "ok", check.messages
+    assert time.monotonic() - started < 5.0  # about 0.05 s here; the quadratic walk took about a minute
 
 
 def test_an_oversized_tool_source_is_refused_before_it_is_parsed(tmp_path: Path) -> None:
