@@ -93,8 +93,8 @@ def _keyword(keyword: str, bound: Any, schema: dict[str, Any], applied: frozense
     if keyword == "required":
         if not isinstance(bound, list) or not all(isinstance(name, str) for name in bound):
             raise _Unsupported
-        names = frozenset(bound)
-        return lambda value: not isinstance(value, dict) or names <= value.keys()
+        required = frozenset(bound)
+        return lambda value: not isinstance(value, dict) or required <= value.keys()
     if keyword == "additionalProperties":
         return _additional(bound, schema, applied)
     if keyword == "items":
