@@ -4,6 +4,7 @@ watches, CPU between calls, and workers outliving a host that died."""
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import signal
@@ -179,5 +180,11 @@ def test_workers_die_with_their_host(level: str) -> None:
         time.sleep(0.05)
     assert [pid for pid in workers if alive(pid)] == []
     make_sandbox("process", isolation=level).close()  # removes the groups the dead host left behind
-    leftovers = [group for group in Path("/sys/fs/cgroup").glob(f"*/**/hopgym-*-{host.pid}-*")]
+    # os.walk, not Path.glob: other tests' containers come and go under /sys/fs/cgroup while it is read, and
+    # glob raises on a directory that vanished between its listing and its scan (os.walk skips it).
+    leftovers = [
+        os.path.join(parent, name)
+        for parent, names, _ in os.walk("/sys/fs/cgroup")
+        for name in fnmatch.filter(names, f"hopgym-*-{host.pid}-*")
+    ]
     assert leftovers == []
