@@ -192,7 +192,8 @@ def corrupt_result(result: Sequence[str], how: str, pool: Sequence[str], rng: ra
     if how not in CORRUPTIONS:
         raise ConfigError(f"unknown corruption {how!r}; valid: {', '.join(CORRUPTIONS)}")
     truth = list(result)
-    outsiders = [item for item in pool if item not in set(truth)]
+    in_truth = set(truth)
+    outsiders = [item for item in pool if item not in in_truth]
     if not truth:
         if not outsiders:
             raise DataError("cannot corrupt an empty response without other entities to put in it")
