@@ -5,6 +5,9 @@ PY := $(VENV)/bin/python
 # Real data for tests, demo and benchmarks; outside this workspace hopgym downloads it itself.
 HOPGYM_DATA ?= $(if $(wildcard ../shared/data),$(abspath ../shared/data),)
 export HOPGYM_DATA
+# mypy's incremental cache lives outside the clone: it checks each file's hash against the cache, so a fresh
+# clone rechecks only what changed (3 s instead of 43 s of CPU beside the tests).
+MYPY := $(VENV)/bin/mypy --cache-dir $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hopgym/mypy
 
 .PHONY: demo local-model test typecheck bench lint format clean
 
@@ -39,7 +42,7 @@ demo: local-model
 test: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	@log=$$(mktemp); $(VENV)/bin/mypy -p hopgym > $$log 2>&1 & typecheck=$$!; \
+	@log=$$(mktemp); $(MYPY) -p hopgym > $$log 2>&1 & typecheck=$$!; \
 	trap 'kill $$typecheck 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
 	$(PY) -m pytest -q -n 3 --dist loadgroup; tests=$$?; \
 	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
@@ -48,7 +51,7 @@ test: $(VENV)/.installed
 # mypy follows openai's own types (pyproject.toml), as a check of hopgym installed by pip does; the other
 # large libraries stay skipped.
 typecheck: $(VENV)/.installed
-	$(VENV)/bin/mypy -p hopgym
+	$(MYPY) -p hopgym
 
 bench: $(VENV)/.installed
 	$(PY) benchmarks/run.py
