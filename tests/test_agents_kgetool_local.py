@@ -29,7 +29,7 @@ def test_kgetool_with_the_local_model_on_real_rows(
     assert not _MISSING, f"CI must install the local model (.ci/build-llama-wheel.sh); missing: {_MISSING}"
     out = tmp_path / "local"
     argv = ["eval", "--env", "FamilyTool-v0", "--agent", "kgetool", "--model", "local", "--out", str(out)]
-    argv += ["--env-arg", "variant=b", "--env-arg", "kg=extract", "--limit", str(ROWS), "--max-tokens", "128"]
+    argv += ["--env-arg", "variant=e", "--env-arg", "kg=extract", "--limit", str(ROWS), "--max-tokens", "128"]
     assert main([*argv, "--no-progress"]) == 0
     records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert len(records) == ROWS and all(record["error"] is None for record in records)

@@ -163,22 +163,29 @@ def tiny_model(tmp_path_factory):
     return folder
 
 
-def _train_command(model: Path, out: Path, *extra: str) -> list[str]:
+def _train_arguments(model: Path, out: Path, *extra: str) -> list[str]:
     env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
     return [
-        sys.executable, "-m", "hopgym.cli", "train", "grpo", *env_args, "--limit", "2", "--model", str(model),
-        "--num-generations", "2", "--tasks-per-step", "1", "--max-completion-length", "8", "--max-steps", "4",
-        "--save-steps", "1", "--threads", "1", "--no-progress", "--out", str(out), *extra,
+        "train", "grpo", *env_args, "--limit", "2", "--model", str(model), "--num-generations", "2",
+        "--tasks-per-step", "1", "--max-completion-length", "8", "--max-steps", "4", "--save-steps", "1",
+        "--threads", "1", "--no-progress", "--out", str(out), *extra,
     ]  # fmt: skip
 
 
-def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(tmp_path, tiny_model):
-    """SIGKILL once checkpoint-1 is complete (mid step 2, or mid its checkpoint): --resume continues from
-    the last complete checkpoint; the log holds steps 1..4 once each, step 1's line as it was written."""
+def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(tmp_path, tiny_model, capsys):
+    """SIGKILL to ``hopgym train grpo`` once checkpoint-1 is complete (mid step 2, or mid its checkpoint):
+    ``--resume`` continues from the last complete checkpoint; the log holds steps 1..4 once each, step 1's
+    line as it was written. The resumed run is the CLI's main() in this process, which has TRL imported
+    already (each new process spends ~17 s of CPU importing it)."""
+    from hopgym.cli import main
+
     out = tmp_path / "run"
     environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
     process = subprocess.Popen(
-        _train_command(tiny_model, out), env=environment, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        [sys.executable, "-m", "hopgym.cli", *_train_arguments(tiny_model, out)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         deadline = time.monotonic() + 300
@@ -193,20 +200,14 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(
         process.wait()
     assert process.returncode == -signal.SIGKILL
 
-    resumed = subprocess.run(
-        _train_command(tiny_model, out, "--resume"),
-        env=environment,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    capsys.readouterr()
+    assert main(_train_arguments(tiny_model, out, "--resume")) == 0
     lines = (out / "steps.jsonl").read_text().splitlines()
     assert [json.loads(line)["step"] for line in lines] == [1, 2, 3, 4]
     assert lines[0] == first_line
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
-    assert json.loads(resumed.stdout.splitlines()[-1])["step"] == 4
+    assert json.loads(capsys.readouterr().out.splitlines()[-1])["step"] == 4
 
 
 def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp_path):
