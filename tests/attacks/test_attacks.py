@@ -19,13 +19,19 @@ SECRET_MARK = "host-secret"
 """A prefix of the conftest's host secret: no result may contain it."""
 
 
-def attack(sandbox: Sandbox, body: str, **arguments: object) -> CallResult:
-    """Load ``def attack(...)`` with ``body`` next to a benign tool, run it, and check the episode goes on."""
+ENDLESS_TIMEOUT = 1.0
+"""The call timeout of the attacks that can only end by timing out (endless loops): their verdict does not
+depend on it, and each second of it is a core spinning while the rest of the suite waits for CPU."""
+
+
+def attack(sandbox: Sandbox, body: str, timeout: float | None = None, **arguments: object) -> CallResult:
+    """Load ``def attack(...)`` with ``body`` next to a benign tool, run it (within ``timeout`` seconds, else
+    the sandbox's own), and check the episode goes on."""
     parameters = ", ".join(arguments)
     indented = "\n".join("    " + line for line in body.strip().splitlines())
     loaded = sandbox.load([f"def attack({parameters}):\n{indented}\n", BENIGN])
     assert loaded.errors == ()
-    result = sandbox.call("attack", arguments)
+    result = sandbox.call("attack", arguments, timeout)
     after = sandbox.call("still_works", {"x": 7})
     assert after.status == "ok", after
     assert after.value == {"echo": 7}
@@ -98,12 +104,10 @@ def test_memory_bomb_hits_the_limit(sandbox: Sandbox) -> None:
     assert result.status == "resource_limit", result
 
 
-def test_infinite_loop_times_out_and_the_episode_goes_on(
-    sandbox: Sandbox, attack_limits: dict[str, float]
-) -> None:
-    result = attack(sandbox, "while True:\n    pass")
+def test_infinite_loop_times_out_and_the_episode_goes_on(sandbox: Sandbox) -> None:
+    result = attack(sandbox, "while True:\n    pass", timeout=ENDLESS_TIMEOUT)
     assert result.status == "timeout"
-    assert result.latency_ms >= attack_limits["timeout"] * 1000
+    assert result.latency_ms >= ENDLESS_TIMEOUT * 1000
 
 
 def test_output_flood_is_truncated(sandbox: Sandbox) -> None:
@@ -122,7 +126,7 @@ def test_print_flood_is_capped(sandbox: Sandbox) -> None:
 
 
 def test_endless_printing_times_out(sandbox: Sandbox) -> None:
-    result = attack(sandbox, "while True:\n    print('z' * 1000)")
+    result = attack(sandbox, "while True:\n    print('z' * 1000)", timeout=ENDLESS_TIMEOUT)
     assert result.status == "timeout"
 
 
