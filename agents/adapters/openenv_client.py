@@ -20,11 +20,10 @@ import contextlib
 import json
 from typing import Any
 
-from openenv.core.client_types import StepResult
-from openenv.core.env_client import EnvClient
 from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from hopgym.agents.adapters.openenv_core import EnvClient, StepResult
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.errors import EnvServerError
 

@@ -26,12 +26,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-from openenv.core.env_server import create_app
-from openenv.core.env_server.interfaces import Environment
-from openenv.core.env_server.types import EnvironmentMetadata
 from starlette.websockets import WebSocketDisconnect
 
 from hopgym import __version__
+from hopgym.agents.adapters.openenv_core import Environment, EnvironmentMetadata, create_app
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.errors import ConfigError, EnvServerError, HopgymError

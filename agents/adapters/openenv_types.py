@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
+
+from hopgym.agents.adapters.openenv_core import Action, Observation, State
 
 
 class HopgymAction(Action):
