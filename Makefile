@@ -36,6 +36,8 @@ demo: local-model
 		--env-arg max_turns=2 --max-tokens 128 --out runs/demo
 	$(PY) .ci/check_demo.py runs/demo
 
+# The tests write bytecode caches even where the shell says not to (PYTHONDONTWRITEBYTECODE): the suite starts
+# hundreds of Python processes, and each would compile hopgym's modules again (0.2 s of CPU per CLI start).
 # The type check runs beside the tests (the suite's workers often wait on servers and subprocesses, so
 # three workers on two cores: 12 min against 14 with two, 2026-11-26); its report follows theirs, and either
 # failing fails the target.
@@ -44,7 +46,7 @@ test: $(VENV)/.installed
 	$(VENV)/bin/ruff format --check .
 	@log=$$(mktemp); $(MYPY) -p hopgym > $$log 2>&1 & typecheck=$$!; \
 	trap 'kill $$typecheck 2>/dev/null; rm -f $$log; exit 130' INT TERM; \
-	$(PY) -m pytest -q -n 3 --dist loadgroup; tests=$$?; \
+	env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -n 3 --dist loadgroup; tests=$$?; \
 	wait $$typecheck; types=$$?; echo "mypy -p hopgym:"; cat $$log; rm -f $$log; \
 	exit $$(( tests || types ))
 
