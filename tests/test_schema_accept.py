@@ -11,11 +11,13 @@ from shared_data import SUBSET, needs_data
 
 from hopgym.agents.model.scripted_server import placeholder_arguments
 from hopgym.envs.validation import ToolValidator
-from hopgym.tasks.schema_accept import acceptor
+from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
+from hopgym.tasks.schema_accept import MAX_ALTERNATIVES, acceptor
 from hopgym.tasks.tool_schema import SafeValidator, argument_validator
 from hopgym.tasks.toolhop.loader import load_toolhop
 
 APPLIED = frozenset(SafeValidator.VALIDATORS)
+ENTITY_OR_LIST = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 ODD_VALUES: list[Any] = [
     None,
     True,
@@ -71,6 +73,22 @@ def test_real_schemas_agree_with_jsonschema_and_keep_every_message() -> None:
     assert covered >= 0.95 * tools and accepted > tools
 
 
+def test_generated_kg_tool_schemas_agree_with_jsonschema_and_keep_every_message() -> None:
+    """The KG tools' entity-or-list and set-list parameters (an ``anyOf``, long arrays on every call of a
+    KGTool-v0 episode) are covered, never accepted where jsonschema finds an error, and judged alike."""
+    tools = [tool.openai_schema() for tool in generate_kg_tools(["born_in", "parent"], "kg2tool")]
+    fast, slow = ToolValidator(tools), ToolValidator(tools)
+    for tool in tools:
+        name, schema = tool["function"]["name"], tool["function"]["parameters"]
+        full = argument_validator(schema)
+        assert full.accepts is not None, name
+        slow._validators[name] = type(full)(full.validator, None)
+        for arguments in [*variants(schema), *({key: [["a", "b"], "c"]} for key in schema["properties"])]:
+            if full.accepts(arguments):
+                assert not list(full.validator.iter_errors(arguments)), (name, arguments)
+            assert verdicts(fast, name, arguments) == verdicts(slow, name, arguments), (name, arguments)
+
+
 @pytest.mark.parametrize(
     ("schema", "value"),
     [
@@ -90,6 +108,10 @@ def test_real_schemas_agree_with_jsonschema_and_keep_every_message() -> None:
         ({"items": {"type": "string"}}, ["a", 1]),
         ({"properties": {"a": {}}, "additionalProperties": False}, {"a": 1, "b": 2}),
         ({"additionalProperties": {"type": "string"}}, {"b": 2}),
+        (ENTITY_OR_LIST, ["a", 1]),
+        (ENTITY_OR_LIST, 1),
+        ({"anyOf": [{"type": "integer"}, {"minimum": 2}]}, 1.5),
+        ({"properties": {"a": ENTITY_OR_LIST}}, {"a": [["b"]]}),
     ],
 )
 def test_never_accepts_what_jsonschema_rejects(schema: dict[str, Any], value: Any) -> None:
@@ -102,7 +124,12 @@ def test_never_accepts_what_jsonschema_rejects(schema: dict[str, Any], value: An
     "schema",
     [
         {"$ref": "#/$defs/a", "$defs": {"a": {}}},
-        {"anyOf": [{"type": "string"}]},
+        {"anyOf": []},
+        {"anyOf": {"type": "string"}},
+        {"anyOf": [{"type": "string"}, {"anyOf": [{"type": "integer"}, {"type": "null"}]}]},
+        {"anyOf": [{"items": {"anyOf": [{"type": "string"}]}}]},
+        {"anyOf": [{"type": "string"}] * (MAX_ALTERNATIVES + 1)},
+        {"allOf": [{"type": "string"}]},
         {"pattern": "a"},
         {"type": "strin"},
         {"enum": [1, 2]},
