@@ -72,11 +72,13 @@ def first_tool_call(prompt: str) -> str:
     return f"<tool_call>{json.dumps(call, separators=(',', ':'))}</tool_call><|im_end|>"
 
 
-def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypatch):
-    """One step of the embedded SmolLM2, 2 tasks x 2 generations, 40 tokens: every logged reward equals the
-    env's reward for the same replies sent again through env.step, the trainer's reward is their mean, and
-    the call the first episode makes ran in the sandbox (its record, with the tool's own error, is in the
-    step log). The first episode's first reply is scripted, so that one call is certain to be made."""
+def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypatch, tiny_model):
+    """One step, 2 tasks x 2 generations, 40 tokens: every logged reward equals the env's reward for the
+    same replies sent again through env.step, the trainer's reward is their mean, and the call the first
+    episode makes ran in the sandbox (its record, with the tool's own error, is in the step log). The first
+    episode's first reply is scripted, so that one call is certain to be made; the model is the tiny one
+    with SmolLM2's tokenizer (what is checked does not depend on the weights, and SmolLM2's forward and
+    backward passes cost 30 s of CPU here; the learning run in docs/training.md trains SmolLM2 itself)."""
     from trl import GRPOTrainer
 
     from hopgym.train.grpo import train
@@ -97,6 +99,7 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     config = TrainConfig(
         out=tmp_path / "run",
         env_kwargs=ENV_KWARGS,
+        model=str(tiny_model),
         limit=2,
         num_generations=2,
         tasks_per_step=2,
@@ -134,6 +137,20 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     assert step["statuses"]["tool_error"] >= 1
     assert (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").is_file()
     assert (tmp_path / "run" / "reward.png").stat().st_size > 0
+
+
+def test_the_embedded_model_loads_for_training_from_its_gguf():
+    """``--model local`` trains SmolLM2-135M from the GGUF file the local-model package ships: a dense fp32
+    Llama (134.5M parameters) whose vocabulary is its tokenizer's."""
+    import torch
+
+    from hopgym.train.model import load_model
+
+    model = load_model("local")
+    assert type(model).__name__ == "LlamaForCausalLM"
+    assert 134e6 < sum(p.numel() for p in model.parameters()) < 135e6
+    assert {p.dtype for p in model.parameters()} == {torch.float32}
+    assert model.config.vocab_size == len(load_tokenizer("local"))
 
 
 @pytest.fixture(scope="module")
