@@ -21,7 +21,7 @@ from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls
 from hopgym.agents.policies.react import _first_json_object, parse_react
 from hopgym.agents.policies.text_calls import _json_values, parse_text_tool_calls, tagged_segments
 from hopgym.envs.kgtool.scoring import _FENCE, parse_answer_names
-from hopgym.model_text import MAX_PARSED_CHARS, valid_unicode
+from hopgym.model_text import MAX_PARSED_CHARS, SPACE, SPACE_CHARACTERS, linear, valid_unicode
 from hopgym.tasks.familytool import extraction
 from hopgym.tasks.familytool.extraction import parse_search_calls
 from hopgym.tasks.kg2tool.query_prompt import parse_translation
@@ -267,3 +267,12 @@ def test_an_action_of_shared_sub_objects_is_checked_in_linear_time() -> None:
     started = time.process_time()
     assert valid_unicode({"content": nested}) == {"content": nested}
     assert time.process_time() - started < 1.0
+
+
+def test_the_space_class_matches_what_python_s_backslash_s_matches() -> None:
+    """hopgym's RE2 patterns write Python's ``\\s`` as SPACE, from a list written out: it must be exactly the
+    characters this Python's ``str.isspace`` and ``re``'s ``\\s`` accept, no more and no fewer."""
+    every = "".join(chr(code) for code in range(sys.maxunicode + 1) if not 0xD800 <= code <= 0xDFFF)
+    python_spaces = "".join(character for character in every if character.isspace())
+    assert SPACE_CHARACTERS == python_spaces == "".join(re.findall(r"\s", every))
+    assert "".join(linear(SPACE).findall(every)) == python_spaces
