@@ -132,19 +132,19 @@ def _additional(bound: Any, schema: dict[str, Any], applied: frozenset[str]) -> 
 def _any_of(bound: Any, applied: frozenset[str]) -> Accept:
     """Valid under one alternative is valid under the ``anyOf``; an empty list (no alternative) is left to
     jsonschema, which rejects every value."""
-    if not isinstance(bound, list) or not 0 < len(bound) <= MAX_ALTERNATIVES or _holds_any_of(bound):
+    if not isinstance(bound, list) or not 0 < len(bound) <= MAX_ALTERNATIVES or holds_key(bound, "anyOf"):
         raise _Unsupported
     alternatives = [_accept(subschema, applied) for subschema in bound]
     return lambda value: any(alternative(value) for alternative in alternatives)
 
 
-def _holds_any_of(document: Any) -> bool:
-    """Whether an object anywhere in ``document`` has an ``anyOf`` key (a property so named counts too)."""
+def holds_key(document: Any, key: str) -> bool:
+    """Whether an object anywhere in the JSON ``document`` has ``key`` (a property so named counts too)."""
     pending = [document]
     while pending:
         value = pending.pop()
         if isinstance(value, dict):
-            if "anyOf" in value:
+            if key in value:
                 return True
             pending.extend(value.values())
         elif isinstance(value, list):

@@ -30,7 +30,7 @@ from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
 from hopgym.errors import DataError
-from hopgym.tasks.schema_accept import Accept, acceptor
+from hopgym.tasks.schema_accept import Accept, acceptor, holds_key
 
 MAX_SCHEMA_BYTES = 64 * 1024
 """Longest tool schema accepted, as JSON text (the real ToolHop schemas stay under 3 KiB)."""
@@ -184,7 +184,7 @@ def _schema_problem(text: str) -> str | None:
     schema = json.loads(text)
     if not isinstance(schema, dict) or schema.get("type", "object") != "object":
         return 'the parameters schema must be a JSON object schema ({"type": "object", ...})'
-    if _holds_dialect_keyword(schema):
+    if holds_key(schema, "$schema"):  # a $ref can reach one anywhere: the whole document is searched
         return (
             "$schema is refused anywhere in a tool schema (tool schemas are read as Draft 2020-12; below a "
             "$schema jsonschema switches to that dialect's own validator, without the linear-time pattern "
@@ -200,21 +200,6 @@ def _schema_problem(text: str) -> str | None:
     except (AttributeError, TypeError, ValueError) as exc:  # e.g. "properties" holding a list
         return f"the parameters schema is malformed ({type(exc).__name__}: {str(exc)[:300]})"
     return None
-
-
-def _holds_dialect_keyword(document: Any) -> bool:
-    """Whether any object in ``document`` has a ``$schema`` key: wherever it sits, a ``$ref`` can reach it,
-    so the whole document is searched, not only the places a Draft 2020-12 keyword looks."""
-    pending = [document]
-    while pending:
-        value = pending.pop()
-        if isinstance(value, dict):
-            if "$schema" in value:
-                return True
-            pending.extend(value.values())
-        elif isinstance(value, list):
-            pending.extend(value)
-    return False
 
 
 class _UnsafeSchema(Exception):
