@@ -202,6 +202,43 @@ def test_a_folder_without_episodes_is_refused_in_one_line(
     assert "is not a run folder" in capsys.readouterr().err
 
 
+def test_a_stop_signal_while_a_connection_thread_starts_stops_the_server(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The finding: SIGTERM landing inside ``Thread.start`` turned into a "Semaphore released too many
+    times" error, which serve_forever logged and went on serving; ``hopgym view`` never exited."""
+    start = threading.Thread.start
+
+    def start_then_interrupted(thread: threading.Thread) -> None:
+        start(thread)
+        thread.join(timeout=30)  # the thread serves the request and gives its slot back; then the signal
+        raise KeyboardInterrupt  # lands in the main thread, still inside start()
+
+    with open_viewer([runs / "baseline"], max_connections=2) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30) as client:
+            client.sendall(b"GET /viewer.js HTTP/1.0\r\nHost: 127.0.0.1:%d\r\n\r\n" % server.port)
+            monkeypatch.setattr(threading.Thread, "start", start_then_interrupted)
+            with pytest.raises(KeyboardInterrupt):
+                server.handle_request()
+            monkeypatch.undo()
+            assert client.makefile("rb").readline().startswith(b"HTTP/1.1 200")
+        assert [server._slots.acquire(blocking=False) for _ in range(3)] == [True, True, False]
+
+
+def test_a_connection_thread_that_cannot_start_gives_its_slot_back(
+    runs: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def cannot_start(thread: threading.Thread) -> None:
+        raise RuntimeError("can't start new thread")
+
+    with open_viewer([runs / "baseline"], max_connections=2) as server:
+        with socket.create_connection(("127.0.0.1", server.port), timeout=30):
+            monkeypatch.setattr(threading.Thread, "start", cannot_start)
+            server.handle_request()  # logged by socketserver, and the server goes on
+            monkeypatch.undo()
+        assert [server._slots.acquire(blocking=False) for _ in range(3)] == [True, True, False]
+
+
 # -- the page in a real browser -------------------------------------------------------------------------
 
 WIDTH, HEIGHT = 1280, 900

@@ -213,13 +213,15 @@ class ViewerServer(ThreadingHTTPServer):
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """Serve the connection in a thread of its own while fewer than ``max_connections`` are served,
-        else close it at once."""
+        else close it at once. A KeyboardInterrupt (SIGTERM, in ``hopgym view``) that lands while the thread
+        starts goes on up and stops the server: the started thread still releases its slot, so releasing it
+        here too would raise ValueError, which serve_forever logs and goes on serving."""
         if not self._slots.acquire(blocking=False):
             self.shutdown_request(request)
             return
         try:
             super().process_request(request, client_address)
-        except BaseException:
+        except Exception:  # the thread did not start (it releases the slot itself once started)
             self._slots.release()
             raise
 
