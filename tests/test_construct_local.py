@@ -1,4 +1,4 @@
-"""The construction pipeline with the embedded local model (SmolLM2-135M) on 3 real ToolHop rows, whose
+"""The construction pipeline with the embedded local model (SmolLM2-135M) on 2 real ToolHop rows, whose
 (sub-question, sub-answer) pairs are put back in hop order: it completes, and its report's per-stage
 pass rates agree with what each tool's stage records say happened."""
 
@@ -19,6 +19,7 @@ from hopgym.tasks.toolhop.construction_rows import read_query_rows
 
 SUBSET = Path(os.environ.get("HOPGYM_DATA") or "/nonexistent") / "toolhop" / "toolhop_subset100.jsonl"
 MAX_ATTEMPTS = 2
+ROWS = 2
 pytestmark = pytest.mark.model
 
 
@@ -40,14 +41,14 @@ def test_local_model_construction_completes_and_reports_honest_stage_rates(
     require_local_model()
     out = tmp_path / "dataset.json"
     code = main([
-        "construct", "--input", str(SUBSET), "--limit", "3", "--model", "local", "--max-attempts",
+        "construct", "--input", str(SUBSET), "--limit", str(ROWS), "--model", "local", "--max-attempts",
         str(MAX_ATTEMPTS), "--max-tokens", "160", "--out", str(out), "--no-progress",
     ])  # fmt: skip
     assert code == 0
     assert "| creation |" in capsys.readouterr().out
     report = json.loads(report_path(out).read_text())
-    rows = read_query_rows(SUBSET, limit=3)
-    assert report["rows"] == 3 and report["tools_needed"] == sum(len(row.sub_tasks) for row in rows)
+    rows = read_query_rows(SUBSET, limit=ROWS)
+    assert report["rows"] == ROWS and report["tools_needed"] == sum(len(row.sub_tasks) for row in rows)
     assert report["rows_with_errors"] == 0
 
     stage_records = {stage: [] for stage in STAGES}
@@ -71,7 +72,7 @@ def test_local_model_construction_completes_and_reports_honest_stage_rates(
             assert all(s["passed"] for s in stages[:-1])
         assert detail["passed"] == (
             len(tools) == len(row.sub_tasks)
-            and all(all(s["passed"] for s in t["stages"]) and len(t["stages"]) == 3 for t in tools)
+            and all(all(s["passed"] for s in t["stages"]) and len(t["stages"]) == len(STAGES) for t in tools)
         )
 
     for stage, records in stage_records.items():

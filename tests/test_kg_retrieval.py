@@ -10,6 +10,7 @@ import importlib.util
 import os
 
 import pytest
+from conftest import TORCH_GROUP
 
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool.dataset import load_family_kg
@@ -27,6 +28,8 @@ if _MISSING and os.environ.get("CI") != "true":
         "pip install 'hopgym[retrieval]'",
         allow_module_level=True,
     )
+
+pytestmark = pytest.mark.xdist_group(TORCH_GROUP)  # sentence-transformers imports torch and transformers
 
 
 @pytest.fixture(scope="module")

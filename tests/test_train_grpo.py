@@ -2,9 +2,9 @@
 and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact.
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
-The tests of this module run on one xdist worker: they share a module-scoped model and TRL's imports, and
-as a group they are queued before the suite's single tests, so the GRPO step (its longest) is not left to
-run alone at the end of ``make test``.
+The tests of this module run on one xdist worker (``TORCH_GROUP``): they share a module-scoped model and
+TRL's imports, and as a group they are queued before the suite's single tests, so the GRPO step (its
+longest) is not left to run alone at the end of ``make test``.
 """
 
 from __future__ import annotations
@@ -29,6 +29,8 @@ MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 if MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"needs {', '.join(MISSING)}: pip install 'hopgym[train]'", allow_module_level=True)
 
+from conftest import TORCH_GROUP  # noqa: E402
+
 from hopgym.errors import ConfigError  # noqa: E402
 from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
@@ -38,7 +40,7 @@ from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
 
-pytestmark = pytest.mark.xdist_group("train")
+pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 ROOT = Path(__file__).resolve().parent.parent
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
