@@ -9,9 +9,6 @@ import pytest
 from hopgym.agents.model.local_server import THREADS_VARIABLE
 
 LOCAL_MODEL_GROUP = "local-model"
-TORCH_GROUP = "torch"
-"""The group of the modules that import torch and transformers (seconds of CPU per process): one worker
-imports them once for all."""
 EARLY = "early"
 """The mark of a long single test (a minute or more, in no group): xdist queues groups before single tests,
 and single tests in collection order, so an early one is started first among them, not left to end the run

@@ -8,6 +8,10 @@ import os
 
 import pytest
 
+TORCH_GROUP = "torch"
+"""The xdist group of the modules whose extras import torch and transformers (train, retrieval): seconds
+of CPU per process, so one worker imports them once for all."""
+
 
 def require_extra(module: str, extra: str) -> None:
     """Skip the calling test module unless ``module`` is installed; in CI (CI=true) fail instead. Found, not

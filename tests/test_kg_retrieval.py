@@ -10,12 +10,12 @@ import importlib.util
 import os
 
 import pytest
-from conftest import TORCH_GROUP
 
 from hopgym.errors import ConfigError
 from hopgym.tasks.familytool.dataset import load_family_kg
 from hopgym.tasks.familytool.extraction import extract
 from hopgym.tasks.familytool.retrieval import DEFAULT_EMBEDDING_MODEL, make_retriever
+from tests.extras import TORCH_GROUP
 
 _MISSING = [
     name

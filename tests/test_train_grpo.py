@@ -29,13 +29,12 @@ MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 if MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"needs {', '.join(MISSING)}: pip install 'hopgym[train]'", allow_module_level=True)
 
-from conftest import TORCH_GROUP  # noqa: E402
-
 from hopgym.errors import ConfigError  # noqa: E402
 from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
+from tests.extras import TORCH_GROUP  # noqa: E402
 
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
