@@ -20,7 +20,7 @@ from hopgym.sandbox.pool import Launcher, WorkerHandle
 from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
 from tests.attacks.test_attacks import BENIGN, attack
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.host_side]
 
 CHANNEL = "import gc\n_channel = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel')\n"
 """Tool code that finds the worker's own protocol channel (tool code shares the worker's process)."""

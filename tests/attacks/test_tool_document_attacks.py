@@ -22,7 +22,7 @@ from hopgym.errors import DataError
 from hopgym.sandbox import Sandbox
 from hopgym.tasks.toolhop.loader import load_toolhop
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.host_side]
 
 ECHO_SOURCE = "def echo(text):\n    return {'echo': text}\n"
 ECHO_SCHEMA = {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}

@@ -20,7 +20,7 @@ from hopgym.sandbox.bounded import MAX_DEPTH
 from tests.attacks.test_attacks import BENIGN, attack
 from tests.attacks.test_tool_document_attacks import row, write_rows
 
-pytestmark = pytest.mark.attack
+pytestmark = [pytest.mark.attack, pytest.mark.host_side]
 
 WORKER_GLOBALS = (
     "import gc, json\n"
