@@ -159,6 +159,8 @@ def test_a_server_killed_mid_run_is_named_in_the_episode_errors_and_the_run_goes
         assert "the model server crashed: llama-cpp-server killed by signal SIGKILL" in str(record.error)
         assert "gave up" not in str(record.error)
     assert "llama-cpp-server killed by signal SIGKILL" in caplog.text
+    assert running.log_path.is_file()  # kept: the errors name it
+    running.log_path.unlink()
 
 
 def test_the_prompt_lists_the_tools_without_a_system_message_and_grows_by_appending() -> None:

@@ -77,13 +77,27 @@ def test_waits_for_readiness_then_stops_the_server(fake_vllm: Path) -> None:
     assert argv[:2] == ["serve", "Qwen/Qwen2.5-7B-Instruct"]
     assert argv[argv.index("--tool-call-parser") + 1] == "hermes" and "--enable-auto-tool-choice" in argv
     assert not server.running and not is_ready(server.api_base)
+    assert not server.log_path.exists()  # a clean stop leaves no log behind
 
 
-def test_a_server_that_exits_early_is_reported_with_its_log() -> None:
+def test_a_server_that_exits_early_is_reported_with_its_log_which_is_kept() -> None:
     command = [sys.executable, "-c", "import sys; print('no GPU found'); sys.exit(3)"]
     server = ServerProcess("broken", command, f"http://127.0.0.1:{free_port()}/v1", startup_timeout=30)
-    with pytest.raises(ModelError, match=r"(?s)exited with code 3.*no GPU found"):
-        server.start()
+    try:
+        with pytest.raises(ModelError, match=r"(?s)exited with code 3.*no GPU found") as raised:
+            server.start()
+        assert str(server.log_path) in str(raised.value) and "no GPU found" in server.log_path.read_text()
+    finally:
+        server.log_path.unlink(missing_ok=True)
+
+
+def test_the_log_of_a_server_whose_block_was_interrupted_is_kept(tmp_path: Path) -> None:
+    with pytest.raises(KeyboardInterrupt), fake_server(tmp_path) as server:
+        raise KeyboardInterrupt
+    try:
+        assert not server.running and server.log_path.is_file()
+    finally:
+        server.log_path.unlink(missing_ok=True)
 
 
 def fake_server(tmp_path: Path, *flags: str) -> ServerProcess:
@@ -104,6 +118,7 @@ def test_a_server_that_crashes_on_its_first_prompt_fails_the_self_check(tmp_path
     with pytest.raises(ModelError, match=r"(?s)killed by signal SIGSEGV during its self-check.*amx_mul_mat"):
         server.start()
     assert not server.running
+    server.log_path.unlink()
 
 
 def test_a_server_that_dies_mid_run_ends_the_request_with_the_crash_not_retries(
@@ -122,7 +137,11 @@ def test_a_server_that_dies_mid_run_ends_the_request_with_the_crash_not_retries(
         crashed = r"(?s)^openai/m at http://127\.0\.0\.1:\d+/v1: the model server crashed: "
         with pytest.raises(ModelError, match=crashed + "fake-llama killed by signal SIGKILL"):
             asyncio.run(client.complete(messages))
-    assert "fake-llama killed by signal SIGKILL" in caplog.text
+    try:
+        assert "fake-llama killed by signal SIGKILL" in caplog.text
+        assert f"the end of {server.log_path}" in caplog.text and server.log_path.is_file()
+    finally:
+        server.log_path.unlink(missing_ok=True)
 
 
 def test_a_server_that_never_gets_ready_is_stopped_after_the_timeout() -> None:
@@ -131,6 +150,7 @@ def test_a_server_that_never_gets_ready_is_stopped_after_the_timeout() -> None:
     with pytest.raises(ModelError, match="not ready after 1 s"):
         server.start()
     assert not server.running
+    server.log_path.unlink()
 
 
 def test_a_busy_port_is_refused(fake_vllm: Path) -> None:

@@ -5,7 +5,9 @@ Shared by the embedded llama.cpp server and vLLM: both are OpenAI-compatible and
 complete before the server is handed out (a server can list its models and still crash on its first real
 prompt, e.g. on CPU instructions the machine does not grant). The child runs in its own process group so
 stopping it also stops whatever it spawned, and its output goes to a log file whose tail is shown when it
-fails to start or dies mid-run (:meth:`ServerProcess.failure`).
+fails to start or dies mid-run (:meth:`ServerProcess.failure`). That file is kept, and named, when the
+server failed or the block it served was interrupted; after a clean stop it is removed, so that runs that
+start a server each do not fill /tmp with logs.
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ class ServerProcess:
         self.api_base = api_base
         self.startup_timeout = startup_timeout
         self._env = {**os.environ, **(env or {})}
+        self._owns_log = log_path is None
         self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"hopgym-{name}-", suffix=".log")[1])
         self.check_model = check_model
         self._process: subprocess.Popen[bytes] | None = None
@@ -122,10 +125,12 @@ class ServerProcess:
         while not is_ready(self.api_base, timeout=1.0):
             code = self._process.poll()
             if code is not None:
-                raise ModelError(f"{self.name} {describe_exit(code)} before it was ready:\n{self.log_tail()}")
+                raise ModelError(
+                    f"{self.name} {describe_exit(code)} before it was ready; {self.log_excerpt()}"
+                )
             if time.monotonic() > deadline:
                 raise ModelError(
-                    f"{self.name} was not ready after {self.startup_timeout:.0f} s:\n{self.log_tail()}"
+                    f"{self.name} was not ready after {self.startup_timeout:.0f} s; {self.log_excerpt()}"
                 )
             time.sleep(delay)
             delay = min(delay * 1.5, 1.0)
@@ -147,11 +152,12 @@ class ServerProcess:
                 code = self._process.wait(timeout=2.0)
             except subprocess.TimeoutExpired:
                 raise ModelError(
-                    f"{self.name} failed its self-check (a one-token chat request): {exc}\n{self.log_tail()}"
+                    f"{self.name} failed its self-check (a one-token chat request): {exc}; "
+                    f"{self.log_excerpt()}"
                 ) from exc
             raise ModelError(
-                f"{self.name} {describe_exit(code)} during its self-check (a one-token chat request):\n"
-                f"{self.log_tail()}"
+                f"{self.name} {describe_exit(code)} during its self-check (a one-token chat request); "
+                f"{self.log_excerpt()}"
             ) from exc
 
     def failure(self, wait: float = 0.5) -> str | None:
@@ -166,13 +172,17 @@ class ServerProcess:
             code = self._process.wait(timeout=wait)
         except subprocess.TimeoutExpired:
             return None
-        self._failure = f"{self.name} {describe_exit(code)}; the end of {self.log_path}:\n{self.log_tail()}"
+        self._failure = f"{self.name} {describe_exit(code)}; {self.log_excerpt()}"
         logger.error("the model server crashed: %s", self._failure)
         return self._failure
 
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    def log_excerpt(self) -> str:
+        """Where the log is and its last lines, for an error message."""
+        return f"the end of {self.log_path}:\n{self.log_tail()}"
 
     def log_tail(self, lines: int = 20) -> str:
         try:
@@ -203,5 +213,9 @@ class ServerProcess:
     def __enter__(self) -> ServerProcess:
         return self.start()
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, *exc: object) -> None:
+        """Stop the server; remove its log if it ran to this clean stop (see the module's docstring)."""
+        clean = exc_type is None and self.running
         self.stop()
+        if clean and self._owns_log:
+            self.log_path.unlink(missing_ok=True)

@@ -100,7 +100,7 @@ def _serve_until_stopped(server, model_string: str) -> int:
         print(f"log: {server.log_path}  (Ctrl-C stops the server)", flush=True)
         while server.running:
             time.sleep(1.0)
-    raise ModelError(f"{server.name} stopped unexpectedly:\n{server.log_tail()}")
+    raise ModelError(f"{server.name} stopped unexpectedly; {server.log_excerpt()}")
 
 
 def serve_local(args: argparse.Namespace) -> int:
