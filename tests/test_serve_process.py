@@ -191,14 +191,18 @@ def test_sigterm_to_hopgym_stops_the_server_it_started(fake_vllm: Path, tmp_path
     port = free_port()
     api_base = f"http://127.0.0.1:{port}/v1"
     command = [sys.executable, "-m", "hopgym.cli", "serve", "vllm", "m", "--tool-call-parser", "hermes"]
-    hopgym = subprocess.Popen([*command, "--port", str(port)], stdout=subprocess.DEVNULL)
+    hopgym = subprocess.Popen([*command, "--port", str(port)], stdout=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 60
     while not is_ready(api_base):
         assert hopgym.poll() is None and time.monotonic() < deadline, "the server never became ready"
         time.sleep(0.2)
+    assert hopgym.stdout is not None and hopgym.stdout.readline().startswith("ready: ")
+    log = Path(hopgym.stdout.readline().removeprefix("log: ").split()[0])
     hopgym.send_signal(signal.SIGTERM)
     assert hopgym.wait(timeout=30) == 130
     assert not is_ready(api_base)
+    assert log.is_file()  # the log it printed outlives the stop
+    log.unlink()
 
 
 def test_the_embedded_servers_threads_read_prompts_too_and_can_come_from_the_environment(

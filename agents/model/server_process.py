@@ -75,7 +75,7 @@ class ServerProcess:
         self.startup_timeout = startup_timeout
         self._env = {**os.environ, **(env or {})}
         self._owns_log = log_path is None
-        self.log_path = log_path or Path(tempfile.mkstemp(prefix=f"hopgym-{name}-", suffix=".log")[1])
+        self._log_path = log_path
         self.check_model = check_model
         self._process: subprocess.Popen[bytes] | None = None
         self._failure: str | None = None
@@ -179,6 +179,14 @@ class ServerProcess:
     @property
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
+
+    @property
+    def log_path(self) -> Path:
+        """The server's log file: the one given, else a temporary file made on first use (a server object
+        that is never started, as for a printed command line, leaves none)."""
+        if self._log_path is None:
+            self._log_path = Path(tempfile.mkstemp(prefix=f"hopgym-{self.name}-", suffix=".log")[1])
+        return self._log_path
 
     def log_excerpt(self) -> str:
         """Where the log is and its last lines, for an error message."""
