@@ -10,6 +10,7 @@ import signal
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -91,11 +92,14 @@ def test_a_server_that_exits_early_is_reported_with_its_log_which_is_kept() -> N
         server.log_path.unlink(missing_ok=True)
 
 
-def test_the_log_of_a_server_whose_block_was_interrupted_is_kept(tmp_path: Path) -> None:
+def test_the_log_of_a_server_whose_block_was_interrupted_is_kept_and_named(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
     with pytest.raises(KeyboardInterrupt), fake_server(tmp_path) as server:
         raise KeyboardInterrupt
     try:
         assert not server.running and server.log_path.is_file()
+        assert f"fake-llama stopped; its log is kept at {server.log_path}" in caplog.text
     finally:
         server.log_path.unlink(missing_ok=True)
 
@@ -153,11 +157,27 @@ def test_a_server_that_never_gets_ready_is_stopped_after_the_timeout() -> None:
     server.log_path.unlink()
 
 
-def test_a_busy_port_is_refused(fake_vllm: Path) -> None:
+def test_a_busy_port_is_refused_and_neither_server_leaves_a_log(
+    fake_vllm: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The refused server never made its log; the one that ran removes its own at a clean stop."""
+    logs = tmp_path / "tmp"
+    logs.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(logs))
     with vllm_server("meta-llama/Llama-3.1-8B-Instruct", startup_timeout=60) as first:
         port = int(first.api_base.rsplit(":", 1)[1].split("/")[0])
         with pytest.raises(ModelError, match="already answers"):
             vllm_server("meta-llama/Llama-3.1-8B-Instruct", port=port).start()
+        assert [path.name for path in logs.iterdir()] == [first.log_path.name]
+    assert list(logs.iterdir()) == []
+
+
+def test_a_server_that_cannot_run_leaves_no_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    server = ServerProcess("absent", [str(tmp_path / "no-such-server")], "http://127.0.0.1:9/v1", 5.0)
+    with pytest.raises(ModelError, match=r"absent: cannot run .*no-such-server"):
+        server.start()
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize(

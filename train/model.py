@@ -12,7 +12,6 @@ parser for it.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 
 from hopgym.errors import ConfigError
 from hopgym.tasks.data_files import data_cache_root
+from hopgym.tasks.toolhop.hub import sha256_of
 from hopgym.train.config import EMBEDDED
 
 CHATML_START = "<|im_start|>"
@@ -47,11 +47,7 @@ def converted_gguf(gguf: Path, cache: Path | None = None) -> Path:
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
 
-    digest = hashlib.sha256()
-    with gguf.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    folder = (cache or data_cache_root() / "models") / f"{gguf.stem}-{digest.hexdigest()[:16]}"
+    folder = (cache or data_cache_root() / "models") / f"{gguf.stem}-{sha256_of(gguf)[:16]}"
     if (folder / "config.json").is_file():
         return folder
     folder.parent.mkdir(parents=True, exist_ok=True)

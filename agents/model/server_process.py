@@ -6,8 +6,9 @@ complete before the server is handed out (a server can list its models and still
 prompt, e.g. on CPU instructions the machine does not grant). The child runs in its own process group so
 stopping it also stops whatever it spawned, and its output goes to a log file whose tail is shown when it
 fails to start or dies mid-run (:meth:`ServerProcess.failure`). That file is kept, and named, when the
-server failed or the block it served was interrupted; after a clean stop it is removed, so that runs that
-start a server each do not fill /tmp with logs.
+server failed or the ``with`` block it served was interrupted; when the block ends cleanly it is removed,
+so that runs that start a server each do not fill /tmp with logs (``hopgym serve`` keeps its log: a server
+that answers badly without dying is read there).
 """
 
 from __future__ import annotations
@@ -107,14 +108,19 @@ class ServerProcess:
                     self.command, stdout=log, stderr=subprocess.STDOUT, env=self._env, start_new_session=True
                 )
             except FileNotFoundError as exc:
+                self._remove_own_log()  # empty: the error says all there is
                 raise ModelError(f"{self.name}: cannot run {self.command[0]!r}: {exc.strerror}") from exc
         self._failure = None
         try:
             self._wait_until_ready()
             if self.check_model:
                 self._self_check(self.check_model)
-        except BaseException:  # a timeout, Ctrl-C or SIGTERM while waiting must not leave the server behind
+        except BaseException as exc:  # a timeout, Ctrl-C or SIGTERM while waiting must not leave it behind
             self.stop()
+            if not isinstance(exc, ModelError):  # a ModelError names the log itself
+                logger.warning(
+                    "%s was stopped while starting; its log is kept at %s", self.name, self.log_path
+                )
             raise
         return self
 
@@ -185,7 +191,9 @@ class ServerProcess:
         """The server's log file: the one given, else a temporary file made on first use (a server object
         that is never started, as for a printed command line, leaves none)."""
         if self._log_path is None:
-            self._log_path = Path(tempfile.mkstemp(prefix=f"hopgym-{self.name}-", suffix=".log")[1])
+            descriptor, name = tempfile.mkstemp(prefix=f"hopgym-{self.name}-", suffix=".log")
+            os.close(descriptor)
+            self._log_path = Path(name)
         return self._log_path
 
     def log_excerpt(self) -> str:
@@ -225,5 +233,11 @@ class ServerProcess:
         """Stop the server; remove its log if it ran to this clean stop (see the module's docstring)."""
         clean = exc_type is None and self.running
         self.stop()
-        if clean and self._owns_log:
-            self.log_path.unlink(missing_ok=True)
+        if clean:
+            self._remove_own_log()
+        elif self._log_path is not None and self._log_path.exists():
+            logger.warning("%s stopped; its log is kept at %s", self.name, self._log_path)
+
+    def _remove_own_log(self) -> None:
+        if self._owns_log and self._log_path is not None:
+            self._log_path.unlink(missing_ok=True)

@@ -62,6 +62,8 @@ def host_secret() -> tuple[str, str]:
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Parametrizes the module-scoped ``sandbox`` fixture here, not with fixture params: those cannot
+    depend on a test's marks (``host_side``)."""
     if "sandbox" in metafunc.fixturenames:
         host_side = metafunc.definition.get_closest_marker("host_side") is not None
         backends = HOST_SIDE_BACKENDS if host_side else BACKENDS
