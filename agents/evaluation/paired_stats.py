@@ -81,9 +81,10 @@ def bootstrap_interval(
 
 
 def sign_flip_p(differences: Sequence[float], seed: int = SEED) -> float:
-    """The two-sided p-value of a sign-flip permutation test of the mean of per-task ``differences``."""
+    """The two-sided p-value of a sign-flip permutation test of the mean of per-task ``differences`` (1.0
+    for fewer than two tasks, whose two sign patterns are as extreme as each other, or none nonzero)."""
     values = np.asarray(differences, dtype=float)
-    if len(values) == 0 or not values.any():
+    if len(values) < 2 or not values.any():
         return 1.0
     result = _stats().permutation_test(
         (values,),
