@@ -7,12 +7,15 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 from collections.abc import Sequence
 
 import numpy as np
 import pytest
 
 from hopgym.agents.evaluation.records import EpisodeRecord
+from tests.doc_blocks import doc_block
 from tests.extras import require_extra
 
 require_extra("scipy", "report")
@@ -225,3 +228,11 @@ def test_tasks_for_interval_by_hand_and_from_accuracies_and_correlation() -> Non
     assert paired_stats.discordant_rates(0.6, 0.7, 0.0) == pytest.approx((0.18, 0.28))
     # Correlation 0.5 adds 0.5 * sqrt(0.24 * 0.21) = 0.11225 to both-right, taken from each discordant cell.
     assert paired_stats.discordant_rates(0.6, 0.7, 0.5) == pytest.approx((0.06775, 0.16775), abs=1e-5)
+
+
+def test_the_docs_power_example_prints_what_these_helpers_give() -> None:
+    block = doc_block("paired-power")
+    done = subprocess.run([sys.executable, "-c", block.text], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rates = paired_stats.discordant_rates(0.6, 0.7, 0.5)
+    assert done.stdout.split("\n") == ["73 168", str(paired_stats.tasks_for_power(*rates)), ""]
