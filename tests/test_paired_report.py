@@ -75,10 +75,13 @@ def test_the_paired_table_counts_the_dropped_tasks_and_holds_mcnemars_p(
     assert "(10,000 resamples, seed 36)" in out
 
 
-def test_the_json_holds_the_same_numbers_and_only_json_is_on_stdout(runs: tuple[Path, Path]) -> None:
+def test_the_json_holds_the_same_numbers_and_only_json_is_on_stdout(
+    runs: tuple[Path, Path], tmp_path: Path
+) -> None:
     a, b = runs
-    done = hopgym("report", str(a), str(b), "--paired", "--json")
+    done = hopgym("report", str(a), str(b), "--paired", "--json", "--out", str(tmp_path))
     assert done.returncode == 0, done.stderr
+    assert f"report: {tmp_path / 'report.md'}" in done.stderr
     document = json.loads(done.stdout)
     paired = document["paired"]
     assert (paired["a"], paired["b"], paired["direction"]) == ("a", "b", "b - a")
@@ -98,10 +101,12 @@ def test_the_json_holds_the_same_numbers_and_only_json_is_on_stdout(runs: tuple[
     assert paired["tasks_needed"]["mcnemar_power_80"] == paired_stats.tasks_for_power(0.0, 0.5)
     assert set(document["runs"]) == {"a", "b"} and document["runs"]["a"]["episodes"] == 6
     assert document["warnings"] == []  # same data, same protocol, both complete (errored episodes count)
-    # The table prints the same interval.
+    # The table and report.md print the same interval.
     table = hopgym("report", str(a), str(b), "--paired").stdout
     interval = f"[{100 * correctness['low']:.2f}, {100 * correctness['high']:.2f}]"
     assert f"{ROW} {interval} |" in table
+    report = (tmp_path / "report.md").read_text()
+    assert "## Paired comparison" in report and f"{ROW} {interval} |" in report
 
 
 def test_paired_takes_exactly_two_runs(runs: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:

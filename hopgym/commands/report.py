@@ -74,25 +74,26 @@ def run(args: argparse.Namespace) -> int:
     summaries = {run.name: run.summary for run in runs}
     warnings = comparison_warnings({run.name: run.provenance for run in runs})
     paired = _paired(runs) if args.paired else None
-    if args.json:
+    if args.json:  # stdout holds the JSON document alone
         for warning in warnings:
             print(f"warning: {warning}", file=sys.stderr)
         document = {"runs": summaries, "warnings": warnings, **({"paired": paired} if paired else {})}
         print(json_bytes(document, indent=2).decode())
-        return 0
-    for run in runs:
-        print(f"{run.name}: {run_title(run.summary)}")
-    for warning in warnings:
-        print(f"warning: {warning}")
-    print()
-    print(markdown_table(summaries))
-    if paired:
-        from hopgym.agents.report.paired_table import paired_markdown
-
+    else:
+        for run in runs:
+            print(f"{run.name}: {run_title(run.summary)}")
+        for warning in warnings:
+            print(f"warning: {warning}")
         print()
-        print(paired_markdown(paired, paired["a"], paired["b"]))
+        print(markdown_table(summaries))
+        if paired:
+            from hopgym.agents.report.paired_table import paired_markdown
+
+            print()
+            print(paired_markdown(paired, paired["a"], paired["b"]))
     if args.out:
         from hopgym.agents.report.markdown import write_report
 
-        print(f"\nreport: {write_report(args.runs, args.out, args.error_set, args.label)}")
+        path = write_report(args.runs, args.out, args.error_set, args.label, paired)
+        print(f"\nreport: {path}", file=sys.stderr if args.json else sys.stdout)
     return 0
