@@ -204,12 +204,17 @@ def test_mcnemar_power_equals_the_enumeration_of_every_outcome(n: int, a_only: f
     )
 
 
-def test_tasks_for_power_is_the_first_n_reaching_it_and_near_connors_approximation() -> None:
-    a_only, b_only = 0.05, 0.15
+@pytest.mark.parametrize(("a_only", "b_only"), [(0.05, 0.15), (0.1, 0.35), (0.0, 0.5), (0.4, 0.0)])
+def test_tasks_for_power_is_the_first_n_reaching_it(a_only: float, b_only: float) -> None:
     n = paired_stats.tasks_for_power(a_only, b_only)
     assert n is not None
     assert paired_stats.mcnemar_power(n, a_only, b_only) >= 0.8
     assert all(paired_stats.mcnemar_power(m, a_only, b_only) < 0.8 for m in range(1, n))
+
+
+def test_tasks_for_power_is_near_connors_approximation() -> None:
+    n = paired_stats.tasks_for_power(0.05, 0.15)
+    assert n is not None
     # Connor (1987): n = (z_{a/2} sqrt(psi) + z_b sqrt(psi - delta^2))^2 / delta^2, psi = 0.2, delta = 0.1,
     # z from printed tables: (1.959964 * 0.447214 + 0.841621 * 0.435890)^2 / 0.01 = 154.6. The exact test is
     # conservative (its level is below 0.05), so it needs a few more tasks.
