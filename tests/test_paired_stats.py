@@ -24,7 +24,7 @@ from scipy import stats  # noqa: E402
 
 from hopgym.agents.evaluation import paired_stats  # noqa: E402
 from hopgym.agents.evaluation.pairing import compare_metric, compare_runs, pair_runs  # noqa: E402
-from hopgym.errors import DataError  # noqa: E402
+from hopgym.errors import ConfigError, DataError  # noqa: E402
 
 
 def episode(task: str, correct: bool, sample: int = 0, error: str | None = None, **metrics: float | None):
@@ -168,6 +168,13 @@ def test_runs_without_a_shared_task_are_refused_naming_why() -> None:
     a = [episode("x", True), episode("y", True, error="ModelError: down")]
     b = [episode("z", True), episode("y", True)]
     with pytest.raises(DataError, match="no task can be paired: 1 only in A, 1 only in B, 1 with every"):
+        compare_runs(a, b)
+
+
+def test_without_scipy_the_comparison_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "scipy.stats", None)  # import scipy.stats raises ImportError
+    a, b = table_runs(both=1, a_only=1, b_only=0, neither=1)
+    with pytest.raises(ConfigError, match=r"needs scipy: pip install 'hopgym\[report\]'"):
         compare_runs(a, b)
 
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from statistics import fmean
 from typing import Any
 
 from hopgym.agents.evaluation import paired_stats
@@ -113,9 +114,9 @@ def compare_metric(values_a: Sequence[float], values_b: Sequence[float]) -> dict
     interval = paired_stats.bootstrap_interval(differences)
     result: dict[str, Any] = {
         "n": n,
-        "a": sum(values_a) / n,
-        "b": sum(values_b) / n,
-        "difference": sum(differences) / n,
+        "a": fmean(values_a),
+        "b": fmean(values_b),
+        "difference": fmean(differences),
         "low": None if interval is None else interval[0],
         "high": None if interval is None else interval[1],
     }
