@@ -77,7 +77,8 @@ class EpisodeRecord:
     hops: int | None = None
     isolation: str | None = None
     metrics: dict[str, Any] | None = None
-    """The terminal ``info["metrics"]``; None when the episode did not end."""
+    """The terminal ``info["metrics"]``; None when the episode did not end. Each number in it is a fraction
+    in [0, 1] (docs/contracts.md): a record holding another is malformed."""
     agent: dict[str, Any] | None = None
     """The agent's counters (``AgentStats.as_dict()``); None when no agent was made."""
     latency_ms: float = 0.0
@@ -119,6 +120,9 @@ class EpisodeRecord:
                 raise ValueError("a call record that is no object with a string status")
             if not isinstance(errors, (list, _NONE)) or not all(isinstance(e, str) for e in errors or ()):
                 raise ValueError("a call record whose errors are not a list of strings")
+        for key, value in (record.get("metrics") or {}).items():  # averaged: 1e308 would overflow the sum
+            if isinstance(value, (int, float)) and not 0 <= value <= 1:
+                raise ValueError(f"its metric {key!r} is {value}, not a fraction in [0, 1]")
         agent = record.get("agent") or {}
         if any(not isinstance(agent.get(key, 0), (int, float)) for key in AGENT_COUNTS):
             raise ValueError("an agent count that is not a number")

@@ -18,9 +18,10 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping, Sequence
 from statistics import fmean, stdev
-from typing import Any
+from typing import Any, TypeVar
 
 CONFIDENCE = 0.95
+K = TypeVar("K", bound=Hashable)
 
 
 def _t_cdf(t: float, df: int) -> float:
@@ -75,12 +76,17 @@ def mean_interval(values: Sequence[float], confidence: float = CONFIDENCE) -> di
     return {"mean": mean, "low": mean - half, "high": mean + half, "half_width": half, "n": n}
 
 
-def per_task_means(pairs: Iterable[tuple[Hashable, float]]) -> list[float]:
-    """The mean value of each task, in first-seen order, from (task, value) pairs."""
-    groups: dict[Hashable, list[float]] = {}
+def task_means(pairs: Iterable[tuple[K, float]]) -> dict[K, float]:
+    """Task → the mean of its values, in first-seen order, from (task, value) pairs."""
+    groups: dict[K, list[float]] = {}
     for task, value in pairs:
         groups.setdefault(task, []).append(float(value))
-    return [fmean(values) for values in groups.values()]
+    return {task: fmean(values) for task, values in groups.items()}
+
+
+def per_task_means(pairs: Iterable[tuple[Hashable, float]]) -> list[float]:
+    """The mean value of each task, in first-seen order, from (task, value) pairs."""
+    return list(task_means(pairs).values())
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:

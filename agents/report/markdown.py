@@ -21,6 +21,7 @@ from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILE, EpisodeRec
 from hopgym.agents.evaluation.run_folder import exists, read_json
 from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, table4
+from hopgym.agents.report.paired_table import paired_markdown
 from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.env_options import env_creator
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
@@ -272,10 +273,15 @@ def run_labels(folders: Sequence[Path], labels: Sequence[str] | None) -> list[st
 
 
 def write_report(
-    folders: Sequence[Path], out: Path, error_set: str = "invocation", labels: Sequence[str] | None = None
+    folders: Sequence[Path],
+    out: Path,
+    error_set: str = "invocation",
+    labels: Sequence[str] | None = None,
+    paired: Mapping[str, Any] | None = None,
 ) -> Path:
     """Write ``out/report.md`` and its figures (SVG and PNG) for the given run folders, named by ``labels``
-    when given; return the Markdown path."""
+    when given, with the ``paired`` comparison of two of them
+    (:func:`hopgym.agents.evaluation.pairing.compare_runs`) when given; return the Markdown path."""
     if not folders:
         raise DataError("the report needs at least one run folder")
     names = run_labels(folders, labels)
@@ -286,6 +292,8 @@ def write_report(
     warnings = comparison_warnings({run.name: run.provenance for run in runs})
     lines += ["", *(f"> **Warning:** {warning}." for warning in warnings)] if warnings else []
     lines += ["", "## Table 4 columns", "", markdown_table({run.name: run.summary for run in runs}), ""]
+    if paired:
+        lines += ["## Paired comparison", "", paired_markdown(paired, paired["a"], paired["b"]), ""]
     pct = "answer correctness (%)"
     by_hops = accuracy_by_hops(runs)
     sections = [
