@@ -9,7 +9,7 @@ export HOPGYM_DATA
 # clone rechecks only what changed (3 s instead of 43 s of CPU beside the tests).
 MYPY := $(VENV)/bin/mypy --cache-dir $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hopgym/mypy
 
-.PHONY: demo local-model test typecheck bench lint format clean
+.PHONY: demo local-model system-deps test typecheck bench lint format clean
 
 $(VENV)/.installed: pyproject.toml environments/hopgym_env/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,6 +35,19 @@ demo: local-model
 	$(VENV)/bin/hopgym eval --model local --agent fc --agent-arg tool_choice=required $(DEMO_TASKS) \
 		--env-arg max_turns=2 --max-tokens 128 --out runs/demo
 	$(PY) .ci/check_demo.py runs/demo
+
+# The system packages some tests use: bubblewrap (the sandbox's bwrap isolation) and Chromium with its driver
+# (the run viewer's browser tests). `make test` does not need them: outside CI their tests skip, naming the
+# package. CI (.ci/run) installs them with this target; as root with apt-get it installs what is missing,
+# elsewhere it names the packages to install.
+SYSTEM_DEPS := bubblewrap:bwrap chromium:chromium chromium-driver:chromedriver
+system-deps:
+	@missing=""; for dep in $(SYSTEM_DEPS); do command -v $${dep#*:} >/dev/null || missing="$$missing $${dep%%:*}"; done; \
+	if [ -z "$$missing" ]; then echo "system packages: all present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing:$$missing"; apt-get update -qq && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	else echo "make system-deps: install these Debian packages as root:$$missing" >&2; exit 1; fi
 
 # The tests write bytecode caches even where the shell says not to (PYTHONDONTWRITEBYTECODE): the suite starts
 # hundreds of Python processes, and each would compile hopgym's modules again (0.2 s of CPU per CLI start).

@@ -28,18 +28,43 @@ COMMAND_MODULES = (
 )
 
 
+DESCRIPTION = """\
+Gymnasium environments for multi-hop tool use by LLM agents: every tool call runs in a sandbox and every
+episode is scored against a verifiable answer. Evaluate a model on ToolHop, FamilyTool, KGTool or your own
+tasks, run the papers' ablations, serve envs to RL trainers, and train on their rewards.
+
+example:
+  hopgym eval --env ToolHop-v0 --model local --agent fc --limit 3 --out runs/first
+  hopgym report runs/first
+  hopgym COMMAND --help   (what a command does and its options)"""
+
 DEBUG_HELP = "show the full traceback of an error (by default: one line naming its cause)"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hopgym", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="hopgym", description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--debug", action="store_true", help=DEBUG_HELP)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for module_name in COMMAND_MODULES:
         importlib.import_module(module_name).register(subparsers)
     for subparser in subparsers.choices.values():  # `hopgym eval ... --debug` works too
         subparser.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help=DEBUG_HELP)
+    _describe(parser)
     return parser
+
+
+def _describe(parser: argparse.ArgumentParser) -> None:
+    """Each command's ``--help`` opens with what it does: its one-line help from its parent's list, where
+    the command sets no longer description."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            for name, subparser in action.choices.items():
+                if not subparser.description and summaries.get(name):
+                    subparser.description = f"{summaries[name][0].upper()}{summaries[name][1:]}."
+                _describe(subparser)
 
 
 def _stop_on_sigterm(signum: int, frame: object) -> None:

@@ -18,6 +18,7 @@ from hopgym.errors import ConfigError, IsolationUnavailableError
 from hopgym.sandbox import forkserver, make_sandbox, process
 from hopgym.sandbox.cgroups import WORKER_GROUP
 from hopgym.sandbox.process import ProcessSandbox
+from tests.extras import require_isolation
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="start='fork' needs root")
 
@@ -96,6 +97,7 @@ def modules():
 
 @pytest.fixture(scope="module", params=["bwrap", "namespaces"])
 def sandbox(request: pytest.FixtureRequest) -> Iterator[ProcessSandbox]:
+    require_isolation(request.param)
     box = make_sandbox("process", isolation=request.param, start="fork", timeout=5.0)
     yield box
     box.close()
@@ -252,6 +254,7 @@ def test_a_worker_that_dies_leaves_the_template_serving(sandbox: ProcessSandbox)
 def test_a_killed_template_is_started_again() -> None:
     """Its live workers die with it (the current one fails once and is replaced); the next start forks
     from a new template."""
+    require_isolation("bwrap")
     box = make_sandbox("process", isolation="bwrap", start="fork", spares=0)
     try:
         worker = box._current().connection.pause_pid
@@ -292,6 +295,7 @@ def test_a_child_the_kernels_list_skipped_once_is_found_on_the_next_read(
             return " ".join(text.split()[:-1])
         return text
 
+    require_isolation("bwrap")
     with make_sandbox("process", isolation="bwrap", start="fork", spares=0) as box:
         box.load(["def ping():\n    return 'pong'\n"])  # the template runs: the next start only forks
         monkeypatch.setattr(forkserver.kernelfiles, "read", skip_the_newest_child_once)

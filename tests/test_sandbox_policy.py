@@ -10,7 +10,7 @@ import pytest
 
 from hopgym.sandbox import Sandbox, make_sandbox
 from hopgym.sandbox.policy import rewrite_source
-from tests.test_sandbox_process import require_level
+from tests.extras import require_isolation
 
 
 @pytest.mark.parametrize(
@@ -28,7 +28,7 @@ def test_item_and_attribute_augmented_assignment_is_spelled_out(source: str, exp
 
 @pytest.fixture(scope="module")
 def restricted() -> Iterator[Sandbox]:
-    require_level("bwrap")
+    require_isolation("bwrap")
     box = make_sandbox("process", policy="restricted", timeout=5.0)
     yield box
     box.close()

@@ -23,27 +23,15 @@ from hopgym.sandbox.launcher import PausingConnection
 from hopgym.sandbox.process import ProcessSandbox
 from hopgym.sandbox.protocol import WorkerConnection
 from hopgym.tasks.tool_source import compile_tool_code
+from tests.extras import require_isolation
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
 REPO = Path(__file__).resolve().parents[1]
 
 
-def require_level(level: str) -> None:
-    """Real isolation must be testable in CI; elsewhere a missing prerequisite skips with its name."""
-    missing = None
-    if level == "bwrap" and shutil.which("bwrap") is None:
-        missing = "bubblewrap is not installed (apt-get install bubblewrap)"
-    if level == "namespaces" and os.geteuid() != 0:
-        missing = "raw namespaces need root"
-    if missing is not None:
-        if os.environ.get("CI") == "true":
-            pytest.fail(missing)
-        pytest.skip(missing)
-
-
 @pytest.fixture(scope="module", params=ISOLATED_LEVELS)
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
-    require_level(request.param)
+    require_isolation(request.param)
     box = make_sandbox("process", isolation=request.param, timeout=2.0, result_cap=1000, output_cap=200)
     yield box
     box.close()
@@ -226,13 +214,13 @@ def test_a_set_up_cannot_use_the_sandbox_it_runs_for(sandbox: Sandbox) -> None:
 
 
 def test_call_before_load_is_a_usage_error() -> None:
-    require_level("bwrap")
+    require_isolation("bwrap")
     with make_sandbox("process", spares=0) as box, pytest.raises(SandboxError, match="load"):
         box.call("add", {"a": 1})
 
 
 def test_closed_sandbox_refuses_calls() -> None:
-    require_level("bwrap")
+    require_isolation("bwrap")
     box = make_sandbox("process", spares=0)
     box.load([TOOLS])
     box.close()
@@ -245,7 +233,7 @@ def test_weaker_levels_are_explicit_and_reported() -> None:
         assert box.isolation == "rlimits"
         box.load(["def uid():\n    import os\n    return os.getuid()"])
         assert box.call("uid", {}).status == "ok"
-    require_level("bwrap")
+    require_isolation("bwrap")
     with ProcessSandbox(isolation="bwrap", seccomp=False, spares=0, cgroup="none") as box:
         assert box.isolation == "bwrap+rlimits"
         assert box.worker_info["seccomp"] is False and box.worker_info["uid"] != 0
@@ -273,7 +261,7 @@ def test_unknown_backend_lists_the_valid_ones() -> None:
 
 @pytest.mark.parametrize("level", ISOLATED_LEVELS)
 def test_cpu_limit_and_crashes_cost_only_the_worker(level: str) -> None:
-    require_level(level)
+    require_isolation(level)
     with make_sandbox("process", isolation=level, cpu_seconds=1, timeout=10.0, spares=1) as box:
         crash = "def crash():\n    import ctypes\n    return ctypes.string_at(0)"
         box.load(["def spin():\n    while True:\n        pass", crash, "def ok():\n    return 1"])
@@ -340,7 +328,7 @@ def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
     level: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """pytest's tmp_path lies under a 0700 folder in /tmp: the worker's private /tmp must show it."""
-    require_level(level)
+    require_isolation(level)
     checkout = tmp_path / "checkout" / "sandbox"
     checkout.mkdir(parents=True)
     for name in ("worker.py", "policy.py"):
@@ -372,6 +360,7 @@ def test_cgroup_modes_are_checked() -> None:
 def test_groups_of_other_owners_beside_the_workers_are_left_alone() -> None:
     """The attack suite's own ``hopgym-attacks-<pid>`` group sits where worker groups go: starting a
     sandbox must neither fail on it nor remove it."""
+    require_isolation("bwrap")
     plan = resolve_cgroups("auto", 64, 1 << 30)
     foreign = [parent / f"hopgym-attacks-{os.getpid()}" for parent in plan.parents]
     for group in foreign:
@@ -429,7 +418,7 @@ def test_pausing_the_worker_between_calls_wakes_no_relay() -> None:
     """The worker is stopped after each call and continued for the next; its parent in ``namespaces`` mode
     (a relay that waits on a pidfd) must sleep through that, or every call pays two more context switches.
     Under bwrap the parent is bwrap's own init, which does wake (see docs/benchmarks.md)."""
-    require_level("namespaces")
+    require_isolation("namespaces")
     sandbox = make_sandbox("process", isolation="namespaces")
     sandbox.load([TOOLS])
     worker = sandbox._current().connection.pause_pid

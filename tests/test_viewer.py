@@ -10,9 +10,7 @@ elsewhere they skip naming what is missing.
 from __future__ import annotations
 
 import http.client
-import importlib.util
 import json
-import os
 import re
 import shutil
 import signal
@@ -30,6 +28,7 @@ import pytest
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
+from tests.extras import require_extra, require_program
 from tests.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
@@ -244,20 +243,12 @@ def test_a_connection_thread_that_cannot_start_gives_its_slot_back(
 WIDTH, HEIGHT = 1280, 900
 
 
-def _browser_missing() -> list[str]:
-    missing = [name for name in ("chromium", "chromedriver") if shutil.which(name) is None]
-    missing += [name for name in ("selenium", "PIL") if importlib.util.find_spec(name) is None]
-    return missing
-
-
 @pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    missing = _browser_missing()
-    if missing:
-        message = f"missing {', '.join(missing)} (apt-get install chromium chromium-driver; the dev extra)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message)
-        pytest.skip(message)
+    require_program("chromium", "chromium")
+    require_program("chromedriver", "chromium-driver")
+    for module in ("selenium", "PIL"):
+        require_extra(module, "dev")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_endpoint
+from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_argument, model_endpoint
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -21,7 +21,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--input", required=True, type=Path, help="JSONL or JSON list of query rows")
     parser.add_argument(
-        "--model", required=True, help="litellm provider string, or 'local' (embedded SmolLM2)"
+        "--model",
+        type=model_argument,
+        required=True,
+        help="litellm provider string, or 'local' (embedded SmolLM2)",
     )
     parser.add_argument("--out", required=True, type=Path, help="dataset file to write (JSON list)")
     parser.add_argument(

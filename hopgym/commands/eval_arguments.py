@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
-from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_extra_from
+from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_argument, model_extra_from
 
 if TYPE_CHECKING:
     from hopgym.agents.evaluation.episode_runner import EvalConfig
@@ -20,6 +20,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent", default="fc", help="fc | react | codeact | direct | kgetool (default: fc)")
     parser.add_argument(
         "--model",
+        type=model_argument,
         required=True,
         help="litellm provider string (e.g. hosted_vllm/Qwen/Qwen2.5-7B-Instruct, openai/gpt-4o), "
         "or 'local' to start the embedded SmolLM2 server",

@@ -7,11 +7,35 @@ from __future__ import annotations
 import argparse
 import contextlib
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from hopgym.commands.env_arguments import parse_key_values
 
 DEFAULT_CONCURRENCY = 8
+MODEL_KINDS = (
+    "a folder hopgym wrote (hopgym train sft / grpo), a .gguf file, a hub id (e.g. "
+    "HuggingFaceTB/SmolLM2-135M), a litellm provider string (e.g. openai/gpt-4o), "
+    "or 'local' (the embedded SmolLM2)"
+)
+
+
+def looks_like_path(model: str) -> bool:
+    """Whether ``model`` names a file or folder rather than a hub id or provider string: it starts with
+    ``/``, ``.`` or ``~``, ends with ``.gguf``, or its first component is a folder here (``runs/sft`` when
+    ``runs/`` exists; ``openai/gpt-4o`` is not)."""
+    if model.startswith(("/", ".", "~")) or model.endswith(".gguf"):
+        return True
+    first, slash, _ = model.partition("/")
+    return bool(slash) and Path(first).is_dir()
+
+
+def model_argument(model: str) -> str:
+    """``--model``'s argparse type: a value that looks like a path (:func:`looks_like_path`) must exist, so
+    a missing folder fails at once, naming it, instead of after a hub's retries."""
+    if looks_like_path(model) and not Path(model).expanduser().exists():
+        raise argparse.ArgumentTypeError(f"no such file or folder: {model!r}; a model is {MODEL_KINDS}")
+    return model
 
 
 def model_extra_from(args: argparse.Namespace) -> dict[str, Any]:

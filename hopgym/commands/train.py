@@ -9,6 +9,7 @@ from pathlib import Path
 
 from hopgym.commands import add_actions
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
+from hopgym.commands.model_arguments import model_argument
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
 
@@ -90,6 +91,7 @@ def add_training_arguments(parser: argparse.ArgumentParser, out: str) -> None:
     """The options every training command takes: the model, what of it trains, threads, output, progress."""
     parser.add_argument(
         "--model",
+        type=model_argument,
         default=EMBEDDED,
         help="a model folder, a hub id, a .gguf file, or 'local': the embedded SmolLM2-135M GGUF (default)",
     )

@@ -14,6 +14,7 @@ import pytest
 
 from hopgym.errors import DockerUnavailableError
 from hopgym.sandbox import Sandbox, make_sandbox
+from tests.extras import require_isolation
 
 CONTAINED_ENV = "HOPGYM_ATTACKS_CONTAINED"
 HOST_SECRET_ENV = "HOPGYM_TEST_HOST_SECRET"
@@ -74,6 +75,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def sandbox(request: pytest.FixtureRequest) -> Iterator[Sandbox]:
     """A sandbox started while a secret is in the host environment."""
     backend, options = request.param
+    if "isolation" in options:
+        require_isolation(options["isolation"])
     os.environ[HOST_SECRET_ENV] = HOST_SECRET
     try:
         box = make_sandbox(backend, **options, **ATTACK_LIMITS)

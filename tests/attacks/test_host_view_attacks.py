@@ -19,6 +19,7 @@ import pytest
 from test_attacks import SECRET_MARK, assert_denied, attack
 
 from hopgym.sandbox import Sandbox, make_sandbox
+from tests.extras import require_isolation
 
 pytestmark = pytest.mark.attack
 
@@ -170,6 +171,7 @@ def alive(pid: int) -> bool:
 
 @pytest.mark.parametrize("level", ["bwrap", "namespaces"])
 def test_workers_die_with_their_host(level: str) -> None:
+    require_isolation(level)
     host = subprocess.Popen([sys.executable, "-c", HOST, level], stdout=subprocess.PIPE, text=True)
     workers = json.loads(host.stdout.readline())
     assert len(workers) >= 4  # at least two workers (the current one and a spare) and what runs them

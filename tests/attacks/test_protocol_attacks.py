@@ -19,6 +19,7 @@ from hopgym.sandbox.limits import cgroup_memory_bytes
 from hopgym.sandbox.pool import Launcher, WorkerHandle
 from hopgym.sandbox.pooled import DEFAULT_MAX_TOOL_CALLS, PooledSandbox
 from tests.attacks.test_attacks import BENIGN, attack
+from tests.extras import require_isolation
 
 pytestmark = [pytest.mark.attack, pytest.mark.host_side]
 
@@ -172,6 +173,7 @@ class _FailingSecondStart(Launcher):
 
 
 def test_the_sandbox_recovers_when_a_spare_fails_to_start(attack_limits: dict[str, float]) -> None:
+    require_isolation("bwrap")
     limits = WorkerLimits(memory_mb=256)
     cgroups = resolve_cgroups("auto", 64, cgroup_memory_bytes(limits))
     launcher = ProcessLauncher(resolve_isolation("bwrap", True), limits, None, cgroups)
