@@ -34,6 +34,7 @@ from typing import IO, Any, Generic, TypeVar
 
 from hopgym.errors import DataError
 from hopgym.model_text import valid_unicode
+from hopgym.tasks.user_files import file_kind
 
 MAX_DOCUMENT_BYTES = 64 * 2**20
 """A run folder's JSON or Markdown document (``run.json``, ``summary.json``, ``summary.md``)."""
@@ -44,14 +45,6 @@ MAX_RECORDS_BYTES = 8 * 2**30
 _CHUNK = 2**20
 _SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 """A ``\\uXXXX`` escape of a surrogate: the only way JSON text gives a lone one."""
-_KINDS = (
-    (stat.S_ISDIR, "a directory"),
-    (stat.S_ISFIFO, "a FIFO"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISLNK, "a symbolic link"),
-)
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
@@ -59,10 +52,6 @@ RecordCheck = Callable[[dict[str, Any]], str | None]
 """What is wrong with a parsed record (None: nothing); such a record counts as malformed."""
 RecordParse = Callable[[dict[str, Any]], R]
 """A parsed record in its typed form; a ``ValueError`` says what is wrong (the record counts as malformed)."""
-
-
-def _kind(mode: int) -> str:
-    return next((name for test, name in _KINDS if test(mode)), "not a regular file")
 
 
 def _refused(path: Path, kind: str) -> DataError:
@@ -110,7 +99,7 @@ def _checked(path: Path, fd: int) -> int:
     mode = os.fstat(fd).st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
-        raise _refused(path, _kind(mode))
+        raise _refused(path, file_kind(mode))
     os.set_blocking(fd, True)
     return fd
 
@@ -124,7 +113,7 @@ def check_files(folder: Path, names: Iterable[str]) -> None:
         except (FileNotFoundError, NotADirectoryError):
             continue
         if not stat.S_ISREG(mode):
-            raise _refused(folder / name, _kind(mode))
+            raise _refused(folder / name, file_kind(mode))
 
 
 def exists(path: Path) -> bool:

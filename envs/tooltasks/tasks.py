@@ -17,6 +17,7 @@ import jsonschema
 from hopgym.errors import DataError
 from hopgym.tasks.toolhop.loader import task_from_row
 from hopgym.tasks.toolhop.task import Task
+from hopgym.tasks.user_files import read_user_text
 
 ROW_SCHEMA: dict[str, Any] = json.loads(
     (resources.files("hopgym.envs.tooltasks") / "row.schema.json").read_text(encoding="utf-8")
@@ -87,10 +88,7 @@ def read_tool_tasks(path: Path) -> list[Task]:
 def _parse(path: Path, size: int, mtime_ns: int) -> tuple[Task, ...]:
     """The tasks of one file version (parsed once: a runner makes one env per concurrent episode);
     ``size`` and ``mtime_ns`` are only the cache key."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read the ToolTasks file {str(path)!r}: {exc}") from exc
+    text = read_user_text(path, "ToolTasks file")
     tasks, problems = [], []
     for line, row in _numbered_rows(text):
         problem = _problem(row)

@@ -22,6 +22,7 @@ from hopgym.options import check_choice
 from hopgym.tasks.data_files import resolve_data_file
 from hopgym.tasks.kg.graph import KnowledgeGraph
 from hopgym.tasks.kg.triples import Triple, parse_triples, quotes_triples
+from hopgym.tasks.user_files import read_user_text
 
 DATA_FOLDER = "familytool"
 Variant = Literal["b", "e"]
@@ -102,10 +103,7 @@ def familytool_data_file(variant: str, data_path: str | os.PathLike[str] | None 
 def load_familytool(variant: str, data_path: str | os.PathLike[str] | None = None) -> list[FamilyToolTask]:
     """All rows of familytool-{variant}.jsonl; ``data_path`` defaults to ``$HOPGYM_DATA/familytool/``."""
     path = familytool_data_file(variant, data_path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc}") from exc
+    lines = read_user_text(path, "FamilyTool data file").splitlines()
     tasks = []
     for number, line in enumerate(lines, start=1):
         if not line.strip():

@@ -15,6 +15,7 @@ from pathlib import Path
 from hopgym.errors import DataError
 from hopgym.tasks.data_files import resolve_data_file
 from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.user_files import read_user_text
 
 DATA_FOLDER = "fb15k-237"
 SPLIT_FILES = ("train2id.txt", "valid2id.txt", "test2id.txt")
@@ -135,10 +136,7 @@ def load_fb15k237(data_dir: str | Path | None = None) -> FB15k237:
 
 
 def _read_lines(path: Path) -> list[str]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read {path}: {exc}") from exc
+    text = read_user_text(path, "FB15k-237 file")
     # Only newlines end lines: names may hold other characters that str.splitlines() would split on.
     return [line.rstrip("\r") for line in text.split("\n")]
 

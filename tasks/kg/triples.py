@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 
 from hopgym.errors import DataError
+from hopgym.tasks.user_files import read_user_text
 
 Triple = tuple[str, str, str]
 
@@ -43,10 +44,7 @@ def quotes_triples(text: str) -> bool:
 def read_triples_file(path: str | Path) -> list[Triple]:
     """A KG file with one bracketed triple per line (blank lines ignored)."""
     path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise DataError(f"cannot read KG file {path}: {exc}") from exc
+    lines = read_user_text(path, "KG file").splitlines()
     triples = []
     for number, line in enumerate(lines, start=1):
         line = line.strip()

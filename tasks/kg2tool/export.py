@@ -37,6 +37,7 @@ from typing import IO, Any, TypedDict
 from hopgym.errors import ConfigError, DataError
 from hopgym.prompts import load_prompts
 from hopgym.tasks.kg2tool.task_file import KG2ToolTask, SolutionCall
+from hopgym.tasks.user_files import read_user_text
 
 EXPORT_FORMATS = ("sharegpt", "alpaca", "openai")
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")
@@ -529,7 +530,7 @@ def read_export(path: str | Path) -> list[dict[str, Any]]:
     """The records of a file written by :func:`write_export` (a JSON array or JSON Lines)."""
     target = Path(path)
     try:
-        text = target.read_text(encoding="utf-8")
+        text = read_user_text(target, "KG2Tool export")
         if target.suffix == ".json":
             rows = json.loads(text)
         else:

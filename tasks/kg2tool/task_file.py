@@ -16,6 +16,7 @@ from typing import Any
 
 from hopgym.errors import DataError
 from hopgym.tasks.fol.queries import FolTree, pattern_of
+from hopgym.tasks.user_files import read_user_text
 
 
 @dataclass(frozen=True)
@@ -81,10 +82,7 @@ def write_tasks(tasks: Iterable[KG2ToolTask], path: str | Path) -> int:
 
 def read_tasks(path: str | Path) -> list[KG2ToolTask]:
     """Every task of a KG2Tool JSONL file, checked field by field."""
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise DataError(f"cannot read KG2Tool tasks from {path}: {exc}") from exc
+    text = read_user_text(path, "KG2Tool task file")
     tasks = []
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():

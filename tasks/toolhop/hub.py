@@ -9,6 +9,7 @@ from typing import Any
 
 from hopgym.errors import DataError, DownloadError
 from hopgym.tasks.data_files import data_cache_root
+from hopgym.tasks.user_files import open_user_file
 
 HUB_REPO_ID = "bytedance-research/ToolHop"
 HUB_FILENAME = "data/ToolHop.json"
@@ -29,7 +30,7 @@ def resolve_toolhop_path(data_path: str | os.PathLike[str] | None = None) -> Pat
     """The data file to load: ``data_path``, else ``$HOPGYM_DATA/toolhop/``, else the cache, else download."""
     if data_path is not None:
         path = Path(data_path)
-        if not path.is_file():
+        if not path.exists():  # what is there, of any kind, is judged when it is read (tasks/user_files.py)
             raise DataError(f"ToolHop data_path {str(path)!r} is not a file (expected a JSON list or JSONL)")
         return path
     data_root = os.environ.get("HOPGYM_DATA")
@@ -58,7 +59,7 @@ def hf_hub_download(**kwargs: Any) -> str:
 
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as stream:
+    with open_user_file(path, "file to hash") as stream:
         for block in iter(lambda: stream.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()

@@ -16,6 +16,7 @@ from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop.gold_calls import parse_gold_call
 from hopgym.tasks.toolhop.hub import resolve_toolhop_path
 from hopgym.tasks.toolhop.task import Task
+from hopgym.tasks.user_files import read_user_text
 
 _REQUIRED_FIELDS = ("question", "answer", "sub_task", "tools", "functions")
 _TASK_FIELDS = frozenset({*_REQUIRED_FIELDS, "id", "domain", "hop_count", "gold_calls"})
@@ -30,10 +31,7 @@ def _jsonl_row(path: Path, number: int, line: str) -> Any:
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """Rows of an official JSON list or a JSONL file (the first non-blank character tells which)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"cannot read ToolHop data {str(path)!r}: {exc}") from exc
+    text = read_user_text(path, "ToolHop data file")
     if text.lstrip().startswith("["):
         try:
             rows = json.loads(text)

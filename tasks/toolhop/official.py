@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hopgym.errors import DataError
 from hopgym.tasks.toolhop.hub import cache_dir, download_hub_file, sha256_of
+from hopgym.tasks.user_files import read_user_text
 
 OFFICIAL_FILENAME = "code/evaluation_closed.py"
 OFFICIAL_SHA256 = "1f90588100f48b806dd0744c53ab7f4a9ace19f057c1f4753bae83634baf3424"
@@ -115,7 +116,7 @@ def _templates_of(path: Path, size: int, mtime_ns: int) -> dict[str, PromptTempl
         raise DataError(
             f"{str(path)!r} has sha256 {digest}, not the pinned official script's {OFFICIAL_SHA256}"
         )
-    return prompt_templates_from_source(path.read_text(encoding="utf-8"), str(path))
+    return prompt_templates_from_source(read_user_text(path, "official ToolHop script"), str(path))
 
 
 def official_prompt_templates(path: Path | None = None) -> dict[str, PromptTemplate]:
