@@ -241,7 +241,8 @@ def write_summary_files(
     """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary. The run's
     ``warnings`` (e.g. evaluated tasks the model was trained on) lead both."""
     summary = summarize(records, run=run)
-    warnings = [str(warning) for warning in run.get("warnings") or ()]
+    listed = run.get("warnings")  # a rescored run's come from its run.json: a list of text, or ignored
+    warnings = [str(warning) for warning in listed] if isinstance(listed, list) else []
     if warnings:
         summary["warnings"] = warnings
     write_json(out / SUMMARY_JSON, summary)

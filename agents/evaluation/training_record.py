@@ -48,7 +48,7 @@ class TrainingStage:
 def record_path(model: str | Path) -> Path | None:
     """The training record of a model given as a folder: the folder's own, else its parent's (a checkpoint
     of a run folder); None when ``model`` is no folder or neither holds one."""
-    folder = Path(model)
+    folder = Path(model).absolute()
     if not folder.is_dir():
         return None
     candidates = (folder / TRAINING_RECORD, folder.parent / TRAINING_RECORD)
