@@ -81,8 +81,8 @@ def _stage(stage: Any, where: str) -> TrainingStage:
     if bad:
         raise DataError(f"{where}: {', '.join(bad)} missing or of the wrong type")
     return TrainingStage(
-        str(stage["command"]), str(stage["env"]), env_kwargs, optional["split"], optional["split_by"],
-        tuple(task_ids),
+        stage["command"], stage["env"], env_kwargs, optional["split"], optional["split_by"],
+        tuple(stage["task_ids"]),
     )  # fmt: skip
 
 

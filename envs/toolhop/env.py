@@ -42,7 +42,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
     _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
     _NO_SANDBOX = "none (no tools offered)"
     contract_cases = ({"scenario": "mandatory"}, {"scenario": "direct"})
-    split_rules: tuple[str, ...] = ("task-id",)
+    split_rules = ("task-id",)
 
     def __init__(
         self,
