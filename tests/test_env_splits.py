@@ -18,6 +18,7 @@ from hopgym.envs.env_options import check_env_options, env_class
 from hopgym.envs.tooltasks.env import EXAMPLE
 from hopgym.errors import ConfigError, DataError
 from hopgym.sandbox import make_sandbox
+from hopgym.tasks.fol.sampler import sample_queries
 from hopgym.tasks.kg2tool.assembly import load_kg_source, sample_tasks
 from hopgym.tasks.kg2tool.task_file import write_tasks
 from tests.shared_data import SUBSET, needs_data
@@ -169,6 +170,16 @@ def test_a_sampled_task_and_the_same_task_from_a_file_get_one_verdict(tmp_path):
         finally:
             from_file.close()
             sampled.close()
+
+
+@needs_data("familytool/familykg-e.txt")
+def test_a_partial_draw_is_the_start_of_the_stream_a_split_draws_further_on():
+    kg = load_kg_source("family-e").kg
+    found = sample_queries(kg, "2p", 1000, seed=0, max_attempts=40, partial=True)
+    assert 0 < len(found) < 1000
+    assert found == sample_queries(kg, "2p", len(found), seed=0)
+    with pytest.raises(DataError, match=rf"found {len(found)} of 1000 valid instances in 40 attempts"):
+        sample_queries(kg, "2p", 1000, seed=0, max_attempts=40)
 
 
 def test_a_split_the_kg_cannot_fill_is_named():

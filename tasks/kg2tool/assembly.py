@@ -133,21 +133,19 @@ def _kept_samples(
     keep: Callable[[FolTree], bool] | None,
 ) -> list[tuple[int, FolSample]]:
     """(stream index, sample) of the first ``n`` samples of the pattern's stream that ``keep`` keeps."""
+    if keep is None:
+        return list(enumerate(sample_queries(kg, pattern, n, seed, max_answers=max_answers)))
     drawn = n
     while True:
-        try:
-            samples = sample_queries(kg, pattern, drawn, seed, max_answers=max_answers)
-        except DataError as exc:
-            if keep is None:
-                raise
-            raise DataError(f"the split needs more {pattern} tasks than the KG holds: {exc}") from exc
-        kept = [(i, sample) for i, sample in enumerate(samples) if keep is None or keep(sample.fol)]
+        samples = sample_queries(kg, pattern, drawn, seed, max_answers=max_answers, partial=True)
+        kept = [(i, sample) for i, sample in enumerate(samples) if keep(sample.fol)]
         if len(kept) >= n:
             return kept[:n]
-        if drawn >= KEEP_DRAW_LIMIT * max(n, 1):
+        if len(samples) < drawn or drawn >= KEEP_DRAW_LIMIT * max(n, 1):
+            holds = " (all the KG holds)" if len(samples) < drawn else ""
             raise DataError(
-                f"pattern {pattern}: the split keeps {len(kept)} of {drawn} sampled tasks, fewer than n={n}; "
-                "lower n or choose patterns with fewer anchors"
+                f"pattern {pattern}: the split keeps {len(kept)} of {len(samples)} sampled tasks{holds}, "
+                f"fewer than n={n}; lower n, or sample other patterns or another KG"
             )
         drawn = min(drawn * 4, KEEP_DRAW_LIMIT * max(n, 1))
 
