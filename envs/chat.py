@@ -175,8 +175,11 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
 
     Set these in ALL subclasses (``__init__``, after ``super().__init__(max_turns, feedback, call_timeout)``):
 
-    - :attr:`tasks`, :attr:`_index_of` and :attr:`data_files`, through :meth:`_use_tasks`;
+    - :attr:`tasks`, :attr:`_index_of` and :attr:`data_files`, through :meth:`_use_tasks` (after
+      :meth:`_use_split` with the env's ``split`` and ``split_by`` options);
     - the sandbox, through :meth:`_use_sandbox`, unless the env runs no tools.
+
+    and declare :attr:`split_rules`, overriding :meth:`split_side` for a rule other than ``task-id``.
 
     and implement these (abstract):
 

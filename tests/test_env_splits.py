@@ -76,6 +76,27 @@ def test_every_registered_env_declares_its_split_rules():
         check_env_options(env_id, {"split": "train", "split_by": declared[env_id][0]})
 
 
+RULES = [
+    pytest.param(env_id, rule, id=f"{env_id}-{rule}")
+    for env_id in ENV_IDS
+    for rule in env_class(env_id).split_rules
+]
+
+
+@pytest.mark.parametrize(("env_id", "rule"), RULES)
+def test_every_declared_rule_gives_two_disjoint_nonempty_sides(sandbox, env_id, rule):
+    """Each rule an env declares, on its contract case's data (so a new env is checked without a new test):
+    both sides hold tasks, no task is on both, and each task is where the env's own rule puts it."""
+    kwargs = {**env_class(env_id).contract_cases[0], "split_by": rule, "sandbox": sandbox}
+    found = sides(env_id, **kwargs)
+    env = gym.make(env_id, **kwargs)
+    try:
+        for split, tasks in found.items():
+            assert tasks and all(env.unwrapped.split_side(task, rule) == split for task in tasks)
+    finally:
+        env.close()
+
+
 @needs_data("toolhop/toolhop_subset100.jsonl")
 def test_toolhop_splits_every_task_by_its_hashed_id():
     found = sides("ToolHop-v0", data_path=SUBSET, scenario="direct")
@@ -98,7 +119,7 @@ def test_familytool_splits_every_row_by_its_hashed_id():
 def test_tooltasks_rows_say_their_side_and_an_untagged_row_is_in_neither(tmp_path):
     rows = json.loads(EXAMPLE.read_text())
     tagged = [{**rows[0], "id": "a", "split": "train"}, {**rows[1], "id": "b", "split": "heldout"}]
-    untagged = {**rows[0], "id": "c"}
+    untagged = {**{key: value for key, value in rows[0].items() if key != "split"}, "id": "c"}
     path = tmp_path / "tasks.jsonl"
     path.write_text("".join(json.dumps(row) + "\n" for row in [*tagged, untagged]))
     found = sides("ToolTasks-v0", data_path=path, scenario="direct")
