@@ -167,3 +167,17 @@ def test_a_record_of_another_format_is_refused_naming_the_file(tmp_path, documen
     (tmp_path / TRAINING_RECORD).write_text(json.dumps(document))
     with pytest.raises(DataError, match=f"{tmp_path / TRAINING_RECORD}: not a training record"):
         model_stages(tmp_path)
+
+
+def test_a_link_planted_where_the_record_goes_is_refused_not_written_through(tmp_path):
+    target = tmp_path / "startup.sh"
+    target.write_text("echo hi\n")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / TRAINING_RECORD).symlink_to(target)
+    with pytest.raises(DataError, match="is a symbolic link"):
+        write_record(out, [stage("KGTool-v0", "a")])
+    assert target.read_text() == "echo hi\n"
+    (out / TRAINING_RECORD).unlink()
+    write_record(out, [stage("KGTool-v0", "a")])  # the folder still takes a record
+    assert model_stages(out) == (stage("KGTool-v0", "a"),)
