@@ -19,11 +19,14 @@ import numpy as np
 from hopgym.envs.calls import CallRecord, CallRequest, call_fields, call_record, tool_message
 from hopgym.envs.feedback import FeedbackMode, check_feedback_mode
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
+from hopgym.envs.splits import check_split, split_tasks
 from hopgym.envs.validation import ToolValidator
 from hopgym.errors import ActionError, ConfigError, DataError, HopgymError
 from hopgym.messages import ToolMessage
 from hopgym.model_text import valid_unicode
+from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult, Sandbox
+from hopgym.tasks.splits import Split, key_side
 
 
 class Identified(Protocol):
@@ -172,8 +175,11 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
 
     Set these in ALL subclasses (``__init__``, after ``super().__init__(max_turns, feedback, call_timeout)``):
 
-    - :attr:`tasks`, :attr:`_index_of` and :attr:`data_files`, through :meth:`_use_tasks`;
+    - :attr:`tasks`, :attr:`_index_of` and :attr:`data_files`, through :meth:`_use_tasks` (after
+      :meth:`_use_split` with the env's ``split`` and ``split_by`` options);
     - the sandbox, through :meth:`_use_sandbox`, unless the env runs no tools.
+
+    and declare :attr:`split_rules`, overriding :meth:`split_side` for a rule other than ``task-id``.
 
     and implement these (abstract):
 
@@ -210,6 +216,12 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
     contract_cases: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
     """Keyword sets the registry-wide contract test (tests/test_env_contracts.py) makes the env with, each
     small and fast on the shared data; ``{}``: the env's defaults."""
+    split_rules: ClassVar[tuple[str, ...]] = ()
+    """The rules by which the env divides its tasks into ``train`` and ``heldout`` (its ``split_by``
+    values, the default first; docs/contracts.md "Splits"), so a claimed gain can be a held-out gain."""
+    split: Split | None = None
+    """The side of :attr:`split_by` the env's tasks come from; None: every task."""
+    split_by: str | None = None
 
     def __init__(
         self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None
@@ -237,8 +249,25 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
         self._sandbox_spec: tuple[str, dict[str, Any]] | None = None
         """The backend name and options of an owned sandbox: a copy of the env makes its own from them."""
 
+    def _use_split(self, split: object, split_by: object) -> None:
+        """Check and keep the ``split`` and ``split_by`` options; :meth:`_use_tasks` then keeps only the
+        tasks on that side."""
+        self.split, self.split_by = check_split(split, split_by, self.split_rules)
+
+    def split_side(self, task: TaskT, rule: str) -> Split | None:
+        """The side of ``rule`` (one of :attr:`split_rules`) ``task`` is on; None: in neither split. Here
+        the ``task-id`` rule: the task's side by its hashed id (tasks/splits.py); an env declaring another
+        rule overrides this."""
+        check_choice("split_by", rule, self.split_rules)
+        return key_side(task.id)
+
     def _use_tasks(self, tasks: Sequence[TaskT], data_files: Sequence[Path] = ()) -> None:
-        """Set the env's :attr:`tasks` (and :attr:`_index_of` from their ids) and :attr:`data_files`."""
+        """Set the env's :attr:`tasks` (those on :attr:`split`'s side, when one is chosen; and
+        :attr:`_index_of` from their ids) and :attr:`data_files`."""
+        if self.split is not None and self.split_by is not None:
+            rule = self.split_by
+            where = ", ".join(map(str, data_files)) or "the sampled tasks"
+            tasks = split_tasks(tasks, self.split, rule, lambda task: self.split_side(task, rule), where)
         self.tasks = tasks
         self._index_of = {task.id: i for i, task in enumerate(tasks)}
         if len(self._index_of) < len(tasks):  # reset by task_id, records and --resume key on the id

@@ -66,6 +66,7 @@ SHARED_MODULES = {
         "schema_accept": 0,
         "tool_source": 0,
         "data_files": 0,
+        "splits": 0,
         "downloads": 4,
     },
     "hopgym.envs": {
@@ -77,6 +78,7 @@ SHARED_MODULES = {
         "env_checker": 0,
         "env_options": 0,
         "kg_tool_runtime": 0,
+        "splits": 0,
     },
 }
 """Folder -> the only modules allowed directly in it (besides ``__init__``), with their ranks: rank 0 is the

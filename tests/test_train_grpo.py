@@ -29,6 +29,7 @@ MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
 if MISSING and os.environ.get("CI") != "true":
     pytest.skip(f"needs {', '.join(MISSING)}: pip install 'hopgym[train]'", allow_module_level=True)
 
+from hopgym.agents.evaluation.training_record import TrainingStage, model_stages, training_stages  # noqa: E402
 from hopgym.errors import ConfigError  # noqa: E402
 from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
@@ -43,6 +44,8 @@ pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 ROOT = Path(__file__).resolve().parent.parent
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
+STAGES = (TrainingStage("grpo", "KGTool-v0", ENV_KWARGS, None, "entity", ("family-e-1p-s0-00000",)),)
+"""A training record's stages, for the tests of the run folder that train nothing."""
 BUDGET = 40
 """Tokens of a completion: the 2 x 2 episodes of the step test write at most this many. 32 cannot hold one
 call: SmolLM2's tokenizer spends 35-40 tokens on a family-e tool call with its end-of-turn token."""
@@ -138,6 +141,9 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     assert step["statuses"]["tool_error"] >= 1
     assert (tmp_path / "run" / "checkpoint-1" / "trainer_state.json").is_file()
     assert (tmp_path / "run" / "reward.png").stat().st_size > 0
+    (stage,) = model_stages(tmp_path / "run" / "checkpoint-1")  # the run folder's record
+    assert (stage.command, stage.env, stage.env_kwargs) == ("grpo", "KGTool-v0", ENV_KWARGS)
+    assert (stage.split, set(stage.task_ids)) == (None, {e["task_id"] for e in episodes})
 
 
 def test_the_embedded_model_loads_for_training_from_its_gguf():
@@ -226,15 +232,22 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(
     state = json.loads((out / "checkpoint-4" / "trainer_state.json").read_text())
     assert state["global_step"] == 4
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["step"] == 4
+    (stage,) = model_stages(out)  # the resume rewrote the record the killed run wrote, unchanged
+    assert stage.task_ids == tuple(f"family-e-1p-s0-{i:05d}" for i in range(2))
 
 
 def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp_path):
     from hopgym.train.grpo import check_out, start_out
 
     config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
-    start_out(config, check_out(config, resume=False))
+    start_out(config, check_out(config, resume=False), STAGES)
     with pytest.raises(ConfigError, match="--resume continues it"):
         check_out(config, resume=False)
+    (config.out / "checkpoint-2").mkdir()  # a resume whose env now gives other tasks: refused, nothing cut
+    other = (replace(STAGES[0], task_ids=("family-e-1p-s0-00007",)),)
+    with pytest.raises(ConfigError, match=r"training-tasks\.json names other training tasks than this run's"):
+        start_out(config, None, other)
+    assert (config.out / "checkpoint-2").is_dir() and model_stages(config.out) == STAGES
     assert check_out(replace(config, max_steps=99, threads=1), resume=True) is None  # no checkpoint yet
     with pytest.raises(ConfigError, match="learning_rate"):
         check_out(replace(config, learning_rate=0.5), resume=True)
@@ -249,7 +262,7 @@ def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_t
     from hopgym.train.steplog import read_steps
 
     config = TrainConfig(out=tmp_path / "run", env_kwargs=ENV_KWARGS, limit=2)
-    start_out(config, None)
+    start_out(config, None, STAGES)
     for step, complete in ((2, True), (4, True), (6, False)):
         folder = config.out / f"checkpoint-{step}"
         folder.mkdir()
@@ -259,7 +272,7 @@ def test_resume_starts_from_the_last_complete_checkpoint_and_cuts_the_log_back_t
     (config.out / "steps.jsonl").write_text(lines)
     checkpoint = check_out(config, resume=True)
     assert checkpoint == config.out / "checkpoint-4"
-    start_out(config, checkpoint)
+    start_out(config, checkpoint, STAGES)
     assert [step["step"] for step in read_steps(config.out / "steps.jsonl")] == [1, 2, 3, 4]
     assert sorted(p.name for p in config.out.glob("checkpoint-*")) == ["checkpoint-2", "checkpoint-4"]
 
@@ -421,8 +434,20 @@ def test_the_warm_start_trains_on_gold_paths_the_env_scored_correct(tmp_path, ti
     answer = chats[0]["messages"][-1]["content"]
     assert learned.startswith('<tool_call>\n{"name": "') and '"arguments": {"' in learned  # objects
     assert learned.endswith(f"</tool_call><|im_end|>\n{answer}<|im_end|>\n")  # no prompt, no tool result
-    figures = warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2, threads=1)
+    train_side = {**ENV_KWARGS, "split": "train"}
+    figures = warm_start("KGTool-v0", train_side, tmp_path / "sft", model=str(tiny_model), limit=2, threads=1)
     assert figures["demonstrations"] == 2 and figures["loss"] > 0
     assert load_tokenizer(str(tmp_path / "sft")).padding_side == "left"
+    env = gym.make("KGTool-v0", **train_side)
+    try:
+        demonstrated = tuple(chat["task_id"] for chat in demonstrations(env, range(2)))
+        # GRPO from the SFT folder records the SFT stage first, then its own.
+        stages = training_stages(str(tmp_path / "sft"), "grpo", "KGTool-v0", train_side, env, ["x"])
+    finally:
+        env.close()
+    (sft,) = model_stages(tmp_path / "sft")
+    assert (sft.command, sft.env_kwargs, sft.split, sft.split_by) == ("sft", train_side, "train", "entity")
+    assert sft.task_ids == demonstrated and len(demonstrated) == 2
+    assert stages[0] == sft and (stages[1].command, stages[1].task_ids) == ("grpo", ("x",))
     with pytest.raises(ConfigError, match="holds a model"):
         warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2)

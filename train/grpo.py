@@ -1,6 +1,7 @@
 """A GRPO run on an env's tasks: TRL's ``GRPOTrainer`` with hopgym's rollout, rewards and step log.
 
-The output folder holds ``run.json`` (the run's settings), ``steps.jsonl`` (:mod:`hopgym.train.steplog`),
+The output folder holds ``run.json`` (the run's settings), ``training-tasks.json`` (the tasks trained on:
+agents/evaluation/training_record.py), ``steps.jsonl`` (:mod:`hopgym.train.steplog`),
 ``checkpoint-N/`` folders (model, optimizer, scheduler, RNG and trainer state: TRL's own checkpoints) and,
 when the run stops, ``reward.png``. ``resume=True`` continues from the last complete checkpoint (one whose
 ``trainer_state.json``, written last, reads), with the step log cut back to that step: after ``kill -9``
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +21,7 @@ from transformers import TrainerCallback
 
 from hopgym.agents.evaluation.rollouts import Rollouts, make_env
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
+from hopgym.agents.evaluation.training_record import TrainingStage, training_stages, write_record
 from hopgym.errors import ConfigError, DataError
 from hopgym.train.config import TrainConfig
 from hopgym.train.dataset import select_tasks, task_dataset
@@ -65,10 +68,12 @@ def check_out(config: TrainConfig, resume: bool) -> Path | None:
     return last_checkpoint(config.out)
 
 
-def start_out(config: TrainConfig, checkpoint: Path | None) -> None:
-    """Write ``run.json``; for a resume, drop the checkpoints a kill cut short (and any past ``checkpoint``)
-    and cut the step log back to ``checkpoint``'s step."""
+def start_out(config: TrainConfig, checkpoint: Path | None, stages: Sequence[TrainingStage]) -> None:
+    """Write the training record (a resume's must name the same tasks) and ``run.json``; for a resume, drop
+    the checkpoints a kill cut short (and any past ``checkpoint``) and cut the step log back to
+    ``checkpoint``'s step."""
     config.out.mkdir(parents=True, exist_ok=True)
+    write_record(config.out, stages)
     resumed_step = _step(checkpoint) if checkpoint else 0
     for path in config.out.glob("checkpoint-*"):
         if path.is_dir() and _step(path) >= resumed_step and path != checkpoint:
@@ -152,6 +157,9 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     first = make_env(config.env_id, config.env_kwargs)
     try:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))
+        stages = training_stages(
+            config.model, "grpo", config.env_id, config.env_kwargs, first, dataset["task_id"]
+        )
         rollout = HopgymRollout(
             episodes, tokenizer, on_rollout=log.collect, first_env=first, call_example=config.call_example
         )
@@ -161,7 +169,7 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
         raise
     trained = {name: function for name, (function, weight) in rewards.items() if weight}
     try:
-        start_out(config, checkpoint)
+        start_out(config, checkpoint, stages)
         model = load_model(config.model)
         if config.train_layers is not None:
             freeze_below(model, config.train_layers)

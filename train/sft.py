@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.agents.evaluation.training_record import training_stages, write_record
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED
@@ -49,7 +50,9 @@ def demonstrations(env: gym.Env, indices: Sequence[int]) -> list[dict[str, Any]]
             answer = "\n".join(sorted({inner.source.label(a) for a in task.answers}))  # type: ignore[attr-defined]
             observation, reward, terminated, _, _ = env.step(answer)
             if terminated and reward == 1.0:
-                chats.append({"messages": observation["messages"], "tools": observation["tools"]})
+                chats.append(
+                    {"messages": observation["messages"], "tools": observation["tools"], "task_id": task.id}
+                )
     return chats
 
 
@@ -123,6 +126,7 @@ def warm_start(
     try:
         count = len(chat_env(env).tasks)
         chats = demonstrations(env, range(min(count, limit) if limit else count))
+        stages = training_stages(model, "sft", env_id, env_kwargs, env, [chat["task_id"] for chat in chats])
     finally:
         env.close()
     if not chats:
@@ -151,6 +155,7 @@ def warm_start(
     trainer.save_model(str(out))
     tokenizer.padding_side = "left"
     tokenizer.save_pretrained(str(out))
+    write_record(out, stages)
     figures = {
         "demonstrations": len(chats),
         "tasks": count if not limit else min(count, limit),

@@ -17,6 +17,7 @@ import gymnasium as gym
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.evaluation.records import EpisodeRecord
 from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
+from hopgym.agents.evaluation.training_record import TrainingStage
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
 from hopgym.agents.policies.registry import agent_factory, check_agent_for_env
@@ -50,6 +51,9 @@ class EvalConfig:
     executor: str = "local"
     """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
     ray_address: str | None = None
+    training: tuple[TrainingStage, ...] = ()
+    """What the model was trained on (its folder's ``training-tasks.json``): evaluated tasks among them are
+    named in a warning. Not part of the run's identity."""
 
     def run_identity(self) -> dict[str, Any]:
         """Settings a resumed run must share; the newer ones appear only when set, so a run folder made

@@ -52,6 +52,7 @@ from hopgym.agents.evaluation.records import (
 )
 from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
+from hopgym.agents.evaluation.training_record import overlap_warning
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ConfigError, one_line
@@ -107,6 +108,7 @@ class EvalRun:
         self._correct = 0
         self._errors = 0
         self._provenance: dict[str, Any] = {}
+        self._warnings: list[str] = []
         self._lock: IO[bytes] | None = None
 
     # -- preparation -------------------------------------------------------------------------------
@@ -134,7 +136,7 @@ class EvalRun:
 
     def _write_run_file(self) -> None:
         run = {**self.config.run_identity(), "provenance": self._provenance}
-        write_json(self.out / RUN_FILE, run)
+        write_json(self.out / RUN_FILE, self._with_warnings(run))
 
     def _executor(self, first_env: gym.Env) -> Executor:
         if self.config.executor == "ray":
@@ -180,6 +182,8 @@ class EvalRun:
         first_env = self._runner.make_env()
         try:
             selected = self._select(chat_env(first_env).tasks)
+            warning = overlap_warning(self.config.training, self.config.env_id, {s[1] for s in selected})
+            self._warnings = [warning] if warning else []
             executor = self._executor(first_env)
             previous = self._open_folder(first_env, len(selected))
             keys = {(task_id, sample) for _, task_id, sample in selected}
@@ -224,17 +228,27 @@ class EvalRun:
     def write_summary(self) -> dict[str, Any]:
         records = read_episodes(self.episodes_path)
         run = {**self.config.run_identity(), "out": str(self.out), "provenance": self._provenance}
-        return write_summary_files(self.out, records, run)
+        return write_summary_files(self.out, records, self._with_warnings(run))
+
+    def _with_warnings(self, run: dict[str, Any]) -> dict[str, Any]:
+        """``run`` plus the run's warnings, when it has any (a run folder without them reads as before)."""
+        return {**run, "warnings": self._warnings} if self._warnings else run
 
 
 def write_summary_files(
     out: Path, records: Sequence[EpisodeRecord], run: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary."""
+    """Write ``summary.json`` and ``summary.md`` of these records into ``out``; return the summary. The run's
+    ``warnings`` (e.g. evaluated tasks the model was trained on) lead both."""
     summary = summarize(records, run=run)
+    listed = run.get("warnings")  # a rescored run's come from its run.json: a list of text, or ignored
+    warnings = [str(warning) for warning in listed] if isinstance(listed, list) else []
+    if warnings:
+        summary["warnings"] = warnings
     write_json(out / SUMMARY_JSON, summary)
     table = markdown_table({run_title(summary): summary})
-    write_text(out / SUMMARY_MD, f"# {run_title(summary)}\n\n{table}\n")
+    notes = "".join(f"> **Warning:** {warning}\n\n" for warning in warnings)
+    write_text(out / SUMMARY_MD, f"# {run_title(summary)}\n\n{notes}{table}\n")
     return summary
 
 

@@ -47,6 +47,7 @@ from hopgym.tasks.familytool.extraction import (
 )
 from hopgym.tasks.familytool.retrieval import make_retriever
 from hopgym.tasks.kg2tool.generated_tools import generate_kg_tools
+from hopgym.tasks.splits import Split
 
 KgMode = Literal["gold", "none", "full", "tools", "extract"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
@@ -91,6 +92,8 @@ class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
     """
 
     contract_cases = ({"variant": "e", "kg": "gold"}, {"variant": "e", "kg": "tools"})
+    split_rules = ("task-id",)
+    """By the row's hashed id: the rows have 4 speakers, too few to hold some out."""
 
     def __init__(
         self,
@@ -107,8 +110,11 @@ class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
         retriever: Retriever | str | None = None,
         top_k: int = 3,
         call_timeout: float | None = None,
+        split: Split | None = None,
+        split_by: str | None = None,
     ) -> None:
         super().__init__(max_turns, feedback, call_timeout)
+        self._use_split(split, split_by)
         self.variant = variant
         self.kg_mode = check_choice("kg", kg, KG_MODES)
         self.reading = check_reading(reading)

@@ -36,7 +36,10 @@ from hopgym.tasks.kg2tool.assembly import (
     parse_patterns,
     sample_tasks,
 )
+from hopgym.tasks.kg2tool.generated_tools import GeneratedTool
+from hopgym.tasks.kg2tool.splits import KG_SPLIT_RULES, KGSplitRule, fol_side, train_side_tools
 from hopgym.tasks.kg2tool.task_file import KG2ToolTask, read_tasks
+from hopgym.tasks.splits import Split
 
 MARKER_FUNCTION = "kgtool_loaded_kg"
 DEFAULT_SANDBOX_OPTIONS: Mapping[str, Any] = {"timeout": 60.0, "result_cap": 1_000_000}
@@ -62,6 +65,7 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
     """
 
     contract_cases = ({"kg": "family-e", "patterns": "1p,2i", "n": 1, "seed": 0},)
+    split_rules = KG_SPLIT_RULES
 
     def __init__(
         self,
@@ -77,8 +81,11 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = DEFAULT_CALL_TIMEOUT,
         kg_path: str | os.PathLike[str] | None = None,
+        split: Split | None = None,
+        split_by: KGSplitRule | None = None,
     ) -> None:
         check_choice("kg", kg, KG_NAMES)
+        self._use_split(split, split_by)
         if not isinstance(n_distractors, int) or n_distractors < 0:
             raise ConfigError(f"n_distractors must be a non-negative integer, got {n_distractors!r}")
         super().__init__(max_turns, feedback, call_timeout)
@@ -103,7 +110,9 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
         if data_path is None:
             if not isinstance(n, int) or n < 1:
                 raise ConfigError(f"n (tasks sampled per pattern) must be a positive integer, got {n!r}")
-            return sample_tasks(self.source, parse_patterns(patterns), n, seed)
+            rule, split = check_choice("split_by", self.split_by, KG_SPLIT_RULES), self.split
+            keep = None if split is None else lambda fol: fol_side(fol, rule) == split
+            return sample_tasks(self.source, parse_patterns(patterns), n, seed, keep=keep)
         tasks = read_tasks(data_path)
         other = sorted({task.kg for task in tasks} - {kg})
         if other:
@@ -118,7 +127,7 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
 
     def _episode_start(self, task: KG2ToolTask) -> EpisodeStart:
         self._ensure_loaded()
-        offered = offered_tool_names(task, self.source.tools, self.n_distractors, self._seed)
+        offered = offered_tool_names(task, self._offerable(), self.n_distractors, self._seed)
         return EpisodeStart(
             [self._tool_schemas[name] for name in offered],
             [
@@ -126,6 +135,18 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
                 {"role": "user", "content": task.query},
             ],
         )
+
+    def _offerable(self) -> Sequence[GeneratedTool]:
+        """The tools an episode may offer: a relation split's train side is never offered a held-out
+        relation's tool, distractors included."""
+        if (self.split, self.split_by) == ("train", "relation"):
+            return train_side_tools(self.source.tools)
+        return self.source.tools
+
+    def split_side(self, task: KG2ToolTask, rule: str) -> Split | None:
+        """The side of ``entity`` (by the query's anchors) or ``relation`` (by the relations it needs) the
+        task is on: tasks/kg2tool/splits.py."""
+        return fol_side(task.fol, check_choice("split_by", rule, KG_SPLIT_RULES))
 
     _REBUILT = (*ChatToolEnv._REBUILT, "source")
 

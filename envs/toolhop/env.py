@@ -18,6 +18,7 @@ from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.messages import ToolMessage
 from hopgym.options import check_choice
 from hopgym.sandbox.base import LoadResult, Sandbox
+from hopgym.tasks.splits import Split
 from hopgym.tasks.toolhop.hub import resolve_toolhop_path
 from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.tasks.toolhop.task import Task
@@ -41,6 +42,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
     _REBUILT = (*ChatToolEnv._REBUILT, "_executor")
     _NO_SANDBOX = "none (no tools offered)"
     contract_cases = ({"scenario": "mandatory"}, {"scenario": "direct"})
+    split_rules = ("task-id",)
 
     def __init__(
         self,
@@ -53,6 +55,8 @@ class ToolHopEnv(ChatToolEnv[Task]):
         sandbox_options: Mapping[str, Any] | None = None,
         call_timeout: float | None = None,
         protocol: ProtocolName = "official",
+        split: Split | None = None,
+        split_by: str | None = None,
     ) -> None:
         self.scenario = check_choice("scenario", scenario, SCENARIOS)
         self._protocol = get_protocol(protocol)
@@ -62,6 +66,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
         self.scorer_name = scorer
         self._scorer = get_scorer(scorer)
         super().__init__(max_turns, feedback, call_timeout)
+        self._use_split(split, split_by)
         self._use_tasks(*self._load_tasks(data_path))
         # The direct scenario offers no tools, so it never runs code and starts no sandbox.
         if scenario != "direct":

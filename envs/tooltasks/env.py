@@ -9,6 +9,8 @@ from pathlib import Path
 
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.envs.tooltasks.tasks import read_tool_tasks
+from hopgym.options import check_choice
+from hopgym.tasks.splits import SPLITS, Split
 from hopgym.tasks.toolhop.task import Task
 
 EXAMPLE = Path(__file__).with_name("example.json")
@@ -17,8 +19,16 @@ EXAMPLE = Path(__file__).with_name("example.json")
 
 class ToolTasksEnv(ToolHopEnv):
     """One task of ``data_path`` (default: :data:`EXAMPLE`) per episode; every other option is ToolHop-v0's
-    (docs/contracts.md "Environments"). A bad row fails the constructor, naming its line and problem."""
+    (docs/contracts.md "Environments"). A bad row fails the constructor, naming its line and problem.
+    Its split rule is ``file``: a row's ``split`` field says its side; a row without one is in neither."""
+
+    split_rules = ("file",)
 
     def _load_tasks(self, data_path: str | os.PathLike[str] | None) -> tuple[list[Task], list[Path]]:
         path = Path(data_path) if data_path is not None else EXAMPLE
         return read_tool_tasks(path), [path.resolve()]
+
+    def split_side(self, task: Task, rule: str) -> Split | None:
+        check_choice("split_by", rule, self.split_rules)
+        side = task.metadata.get("split")
+        return side if side in SPLITS else None

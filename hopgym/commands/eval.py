@@ -42,6 +42,8 @@ def run(args: argparse.Namespace) -> int:
         summary = EvalRun(config).run()
     print(f"\n{run_title(summary)}  ({config.out})\n")
     print(markdown_table({config.agent: summary}))
+    for warning in summary.get("warnings", ()):
+        print(f"hopgym: warning: {warning}", file=sys.stderr)
     tables = familytool_tables_for_run(config.out)  # the paper's Tables 3 and 4/5 for FamilyTool runs
     if tables:
         print(f"\n{tables}")

@@ -110,6 +110,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, agent: str) -> EvalConfig:
     """The run ``hopgym eval``'s options ask for (``hopgym ablate`` builds each arm's from the same)."""
     from hopgym.agents.evaluation.episode_runner import EvalConfig
+    from hopgym.agents.evaluation.training_record import model_stages
     from hopgym.agents.model.client import ModelConfig
 
     return EvalConfig(
@@ -136,4 +137,5 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
         progress=not args.no_progress,
         executor=args.executor,
         ray_address=args.ray_address,
+        training=model_stages(args.model),
     )

@@ -47,12 +47,14 @@ def sample_queries(
     *,
     max_answers: int = DEFAULT_MAX_ANSWERS,
     max_attempts: int | None = None,
+    partial: bool = False,
 ) -> list[FolSample]:
     """``n`` distinct instances of ``pattern`` passing the quality rules; the same seed gives the same list.
 
     Each pattern draws from its own random stream (seeded by seed and pattern name), so sampling one
     pattern does not depend on which others are sampled. Raises DataError when ``max_attempts`` (default
-    1000 per sample) run out first, e.g. for a pattern the KG is too small to instantiate n times.
+    1000 per sample) run out first, e.g. for a pattern the KG is too small to instantiate n times; with
+    ``partial``, returns the instances found by then instead (a split drawing further than it needs).
     """
     template = pattern_template(pattern)
     if n < 0 or max_answers < 1:
@@ -67,6 +69,8 @@ def sample_queries(
     attempts = 0
     while len(samples) < n:
         if attempts >= budget:
+            if partial:
+                return samples
             raise DataError(
                 f"pattern {pattern}: found {len(samples)} of {n} valid instances in {budget} attempts; "
                 "the KG may be too small for this pattern (raise max_attempts or lower n)"

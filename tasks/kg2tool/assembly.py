@@ -21,7 +21,7 @@ from typing import Literal, get_args
 from hopgym.errors import ConfigError, DataError
 from hopgym.tasks.familytool.dataset import load_family_kg
 from hopgym.tasks.fol.queries import PATTERN_NAMES, FolStep, FolTree, trace
-from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS, sample_queries
+from hopgym.tasks.fol.sampler import DEFAULT_MAX_ANSWERS, FolSample, sample_queries
 from hopgym.tasks.fol.text import RelationWording, generic_wording, query_text
 from hopgym.tasks.kg.fb15k237 import freebase_wording, load_fb15k237
 from hopgym.tasks.kg.graph import KnowledgeGraph
@@ -94,12 +94,17 @@ def sample_tasks(
     n: int,
     seed: int,
     max_answers: int = DEFAULT_MAX_ANSWERS,
+    keep: Callable[[FolTree], bool] | None = None,
 ) -> list[KG2ToolTask]:
-    """``n`` tasks per pattern, pattern by pattern; the same arguments always give the same tasks."""
+    """``n`` tasks per pattern, pattern by pattern; the same arguments always give the same tasks.
+
+    With ``keep`` (a split's rule), the first ``n`` samples it keeps: the pattern's sample stream is drawn
+    further (a longer draw begins with the shorter one), so a task's id, its place in that stream, is the
+    same with or without ``keep``."""
     builder = SolutionBuilder(source)
     tasks = []
     for pattern in patterns:
-        for index, sample in enumerate(sample_queries(source.kg, pattern, n, seed, max_answers=max_answers)):
+        for index, sample in _kept_samples(source.kg, pattern, n, seed, max_answers, keep):
             tasks.append(
                 KG2ToolTask(
                     id=f"{source.name}-{pattern}-s{seed}-{index:05d}",
@@ -112,6 +117,37 @@ def sample_tasks(
                 )
             )
     return tasks
+
+
+KEEP_DRAW_LIMIT = 64
+"""The most samples per kept one drawn for a split before giving up (a fifth of the entities is held out,
+so a 3-anchor held-out entity task is about 1 in 125; ask the patterns a split can fill)."""
+
+
+def _kept_samples(
+    kg: KnowledgeGraph,
+    pattern: str,
+    n: int,
+    seed: int,
+    max_answers: int,
+    keep: Callable[[FolTree], bool] | None,
+) -> list[tuple[int, FolSample]]:
+    """(stream index, sample) of the first ``n`` samples of the pattern's stream that ``keep`` keeps."""
+    if keep is None:
+        return list(enumerate(sample_queries(kg, pattern, n, seed, max_answers=max_answers)))
+    drawn = n
+    while True:
+        samples = sample_queries(kg, pattern, drawn, seed, max_answers=max_answers, partial=True)
+        kept = [(i, sample) for i, sample in enumerate(samples) if keep(sample.fol)]
+        if len(kept) >= n:
+            return kept[:n]
+        if len(samples) < drawn or drawn >= KEEP_DRAW_LIMIT * max(n, 1):
+            holds = " (all the KG holds)" if len(samples) < drawn else ""
+            raise DataError(
+                f"pattern {pattern}: the split keeps {len(kept)} of {len(samples)} sampled tasks{holds}, "
+                f"fewer than n={n}; lower n, or sample other patterns or another KG"
+            )
+        drawn = min(drawn * 4, KEEP_DRAW_LIMIT * max(n, 1))
 
 
 class SolutionBuilder:
