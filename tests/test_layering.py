@@ -66,6 +66,7 @@ SHARED_MODULES = {
         "schema_accept": 0,
         "tool_source": 0,
         "data_files": 0,
+        "user_files": 0,
         "splits": 0,
         "downloads": 4,
     },
