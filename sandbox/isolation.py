@@ -119,6 +119,9 @@ def worker_command(
         "view": {"binds": list(view.binds), "symlinks": [list(pair) for pair in view.symlinks]},
         "tmpfs_bytes": limits.tmpfs_mb << 20,
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
+        # Without a view the unprivileged uid may not read the interpreter's own files (a Python under
+        # /root): what the worker imports late is imported before it drops.
+        "preload": ["ast"] if plan.drops_root and plan.level == "none" else [],
         "host_pid": os.getpid(),
         "python_path": python_path,
         "template": template,

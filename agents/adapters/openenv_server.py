@@ -32,12 +32,16 @@ from hopgym import __version__
 from hopgym.agents.adapters.openenv_core import Environment, EnvironmentMetadata, create_app
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.agents.evaluation.rollouts import make_env
-from hopgym.errors import ConfigError, EnvServerError, HopgymError
+from hopgym.envs.chat import chat_env
+from hopgym.envs.tooltasks.env import ToolTasksEnv
+from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
 
 API_KEY_HEADER = "authorization"
 """Clients send ``Authorization: Bearer KEY`` (HTTP requests and the WebSocket handshake)."""
 IDLE_CLOSE_CODE = 4408
 """The WebSocket close code of a session closed for idleness (4000-4999 are private; 408: HTTP's timeout)."""
+ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
+"""The option by which the operator lets tool code run where the sandbox does not isolate the files."""
 
 
 @dataclass
@@ -50,6 +54,11 @@ class ServedEnv:
     session_timeout: float | None = None
     """Seconds of client silence after which a session is closed (None: never; ``hopgym serve env``'s
     default is :data:`hopgym.commands.serve.SESSION_TIMEOUT`)."""
+    allow_unisolated_code: bool = False
+    """Run CodeAct code and ToolTasks tools even where the sandbox does not isolate the files (isolation
+    ``none``): that code then reads whatever the workers' uid can (:data:`ALLOW_UNISOLATED_CODE`)."""
+    code_allowed: bool = field(init=False, default=False)
+    """Whether a session's CodeAct code runs; set by :meth:`check`."""
     _places: threading.BoundedSemaphore = field(init=False)
     _live: set[gym.Env] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -63,9 +72,20 @@ class ServedEnv:
 
     def check(self) -> str:
         """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
-        server listens (unknown ids and kwargs: ``check_env_options``). Returns the sandbox isolation."""
+        server listens (unknown ids and kwargs: ``check_env_options``), and so does ToolTasks-v0 where the
+        sandbox does not isolate the files, unless allowed. Returns the sandbox isolation."""
         env = make_env(self.env_id, self.env_kwargs)
         try:
+            inner = chat_env(env)
+            isolated = inner.sandbox is None or inner.sandbox.isolates_files
+            if not isolated and not self.allow_unisolated_code and isinstance(inner, ToolTasksEnv):
+                raise ConfigError(
+                    f"{self.env_id} runs its tool files in a sandbox that does not isolate the files "
+                    f"(isolation 'none'): that code would read the data and whatever else the server's user "
+                    f"can; use a sandbox that isolates (isolation 'auto', 'bwrap' or 'namespaces'), or pass "
+                    f"{ALLOW_UNISOLATED_CODE} to run it anyway"
+                )
+            self.code_allowed = isolated or self.allow_unisolated_code
             _, info = env.reset(options={"index": 0})
             return str(info.get("isolation"))
         finally:
@@ -135,6 +155,12 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
     def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
         if self._env is None:
             raise HopgymError("step() called before reset(); call reset()")
+        if action.code is not None and not self._served.code_allowed:
+            raise ActionError(
+                "this server refuses CodeAct code: its sandbox does not isolate the files (isolation "
+                f"'none'), so code would read the server's data; send tool_calls or a final answer, or ask "
+                f"the operator to restart it with an isolating sandbox (or {ALLOW_UNISOLATED_CODE})"
+            )
         observation, reward, terminated, truncated, info = self._env.step(action.message())
         self._state.step_count += 1
         return self._observation(observation, float(reward), bool(terminated), bool(truncated), info)
