@@ -67,12 +67,12 @@ def code_reads(folder: Path) -> None:
     private.chmod(0o600)
     code = (
         "import os\n"
-        "for path in ({!r}, {!r}):\n"
+        f"for path in ({str(shared)!r}, {str(private)!r}):\n"
         "    try:\n"
         "        print(os.getuid(), open(path).read())\n"
         "    except OSError as exc:\n"
         "        print(os.getuid(), type(exc).__name__)\n"
-    ).format(str(shared), str(private))
+    )
     with served(*UNISOLATED, OPTION) as (url, _):
         printed, _ = asyncio.run(code_then_answer(url, code))
     # started as root the workers run as nobody; otherwise as the server's own user, reading its files
