@@ -132,10 +132,13 @@ def test_a_key_file_others_can_read_or_without_a_key_is_refused(
     assert refused.returncode == 2 and named in refused.stderr and "ready:" not in refused.stdout
 
 
-def test_a_missing_key_file_and_two_keys_are_refused(tmp_path: Path) -> None:
+def test_a_missing_key_file_a_fifo_and_two_keys_are_refused(tmp_path: Path) -> None:
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo, 0o600)
     for flags, named in (
         (["--api-key-file", str(tmp_path / "none")], "cannot be read"),
         (["--api-key", "k", "--api-key-file", str(write_key(tmp_path / "key", 0o600))], "not both"),
+        (["--api-key-file", str(fifo)], "not a regular file"),
     ):
         refused = subprocess.run(hopgym("serve", "env", *flags), capture_output=True, text=True, timeout=120)
         assert refused.returncode == 2 and named in refused.stderr, refused.stderr

@@ -57,8 +57,6 @@ class ServedEnv:
     allow_unisolated_code: bool = False
     """Run CodeAct code and ToolTasks tools even where the sandbox does not isolate the files (isolation
     ``none``): that code then reads whatever the workers' uid can (:data:`ALLOW_UNISOLATED_CODE`)."""
-    code_allowed: bool = field(init=False, default=False)
-    """Whether a session's CodeAct code runs; set by :meth:`check`."""
     _places: threading.BoundedSemaphore = field(init=False)
     _live: set[gym.Env] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -76,16 +74,14 @@ class ServedEnv:
         sandbox does not isolate the files, unless allowed. Returns the sandbox isolation."""
         env = make_env(self.env_id, self.env_kwargs)
         try:
-            inner = chat_env(env)
-            isolated = inner.sandbox is None or inner.sandbox.isolates_files
-            if not isolated and not self.allow_unisolated_code and isinstance(inner, ToolTasksEnv):
+            tool_files = isinstance(chat_env(env), ToolTasksEnv)
+            if tool_files and not self.allow_unisolated_code and not isolates_files(env):
                 raise ConfigError(
                     f"{self.env_id} runs its tool files in a sandbox that does not isolate the files "
                     f"(isolation 'none'): that code would read the data and whatever else the server's user "
                     f"can; use a sandbox that isolates (isolation 'auto', 'bwrap' or 'namespaces'), or pass "
                     f"{ALLOW_UNISOLATED_CODE} to run it anyway"
                 )
-            self.code_allowed = isolated or self.allow_unisolated_code
             _, info = env.reset(options={"index": 0})
             return str(info.get("isolation"))
         finally:
@@ -155,7 +151,7 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
     def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
         if self._env is None:
             raise HopgymError("step() called before reset(); call reset()")
-        if action.code is not None and not self._served.code_allowed:
+        if action.code is not None and not (self._served.allow_unisolated_code or isolates_files(self._env)):
             raise ActionError(
                 "this server refuses CodeAct code: its sandbox does not isolate the files (isolation "
                 f"'none'), so code would read the server's data; send tool_calls or a final answer, or ask "
@@ -212,6 +208,12 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         )
         self._sent, self._sent_tools = list(messages), tools  # what the client holds once this frame is out
         return sent
+
+
+def isolates_files(env: gym.Env) -> bool:
+    """Whether ``env``'s tool code is kept from the server's files (true for an env that runs no tools)."""
+    sandbox = chat_env(env).sandbox
+    return sandbox is None or sandbox.isolates_files
 
 
 def uvicorn_server(app: Any) -> Any:

@@ -188,7 +188,8 @@ def read_key_file(path: str) -> str:
     """The key in ``path``'s first line. Refused when the file is readable by its group or others (the
     key would not be the server's secret), empty, or not a short text file."""
     try:
-        with open(path, "rb") as file:
+        # non-blocking: a FIFO given by mistake is refused, not waited on
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
             mode = os.fstat(file.fileno()).st_mode
             if not stat.S_ISREG(mode):
                 raise ConfigError(f"--api-key-file {path} is not a regular file")
