@@ -49,13 +49,29 @@ COPY --from=requirements /tmp/serve.txt /tmp/requirements.txt
 RUN python3 -m pip install --quiet --target /opt/hopgym/serve -r /tmp/requirements.txt
 
 # hopgym serve env (docs/contracts.md, "Training interfaces"). Tool calls run in the process sandbox inside
-# this container, which has no bubblewrap, no root, no user namespaces (Docker's seccomp profile refuses
-# them) and no writable cgroups: the env must be asked for that explicitly (sandbox_options {"isolation":
-# "none", "cgroup": "none"}, reported as seccomp+rlimits, tool code as uid 10001), or the server refuses to
-# start. Data is mounted read-only at run time (-v "$HOPGYM_DATA:/data:ro"), never copied in.
+# this container, which has no bubblewrap, no user namespaces (Docker's seccomp profile refuses them) and no
+# writable cgroups: the env must be asked for that explicitly (sandbox_options {"isolation": "none",
+# "cgroup": "none"}, reported as seccomp+rlimits) and CodeAct code allowed (--allow-unisolated-code), or
+# the server refuses. What keeps tool code from the server's secrets is the uid: the server runs as root
+# with only the capabilities it needs, each worker drops to nobody (65534, no capabilities, no_new_privs)
+# before it runs anything, and everything secret lies in /hopgym (mode 0700, root's): the data mounted
+# read-only at /hopgym/data, the key file at /hopgym/api-key. Nobody can write anywhere (no world-writable
+# folder is left), so one session's code leaves no file for another's. Run it with:
+#   docker run --cap-drop ALL --cap-add SETUID --cap-add SETGID --cap-add KILL --cap-add DAC_READ_SEARCH \
+#     --security-opt no-new-privileges --ipc none -p 127.0.0.1:8000:8000 \
+#     -v "$HOPGYM_DATA:/hopgym/data:ro" -v "$KEY_FILE:/hopgym/api-key:ro" hopgym-serve serve env \
+#     --host 0.0.0.0 --port 8000 --api-key-file /hopgym/api-key --allow-unisolated-code \
+#     --env-arg 'sandbox_options={"isolation": "none", "cgroup": "none"}'
+# (KILL: the server stops and pauses its workers, which are not its uid; DAC_READ_SEARCH: it reads the key
+# and data files whatever their owner on the host; --ipc none: no /dev/shm, the one world-writable folder
+# Docker would mount.)
 FROM hopgym AS serve
 COPY --from=serve-libraries /opt/hopgym/serve /opt/hopgym/serve
-ENV PYTHONPATH=/opt/hopgym/serve HOPGYM_DATA=/data
+USER 0:0
+RUN install -d -m 0700 -o root -g root /hopgym \
+    && find / -xdev -type d -perm -0002 -exec chmod o-w {} +
+ENV PYTHONPATH=/opt/hopgym/serve HOPGYM_DATA=/hopgym/data
+WORKDIR /hopgym
 EXPOSE 8000
 
 # The sandbox: base Python + worker + libraries, nothing else. hopgym starts it read-only, without network

@@ -64,6 +64,12 @@ class Sandbox(ABC):
     def isolation(self) -> str:
         """The isolation in force, e.g. ``"bwrap+seccomp+rlimits"``; never silently weaker than asked."""
 
+    @property
+    def isolates_files(self) -> bool:
+        """Whether tool code is kept from the files of the process that made the sandbox (its data, its
+        keys); a server refuses untrusted code where it is not (``hopgym serve env``)."""
+        return True
+
     @abstractmethod
     def load(
         self,

@@ -5,7 +5,7 @@ private /tmp, minimal /dev, fresh /proc, new PID, network, IPC and UTS namespace
 ``namespaces`` (the same shape made by the worker itself with raw ``unshare``/``mount`` calls; needs root)
 and ``none`` (no view: the worker sees the host's files). ``auto``: bwrap when installed, else namespaces.
 Inside every level the worker applies rlimits and (unless ``seccomp=False``) a seccomp filter, and, when
-started as root under bwrap or namespaces, drops to an unprivileged uid for real.
+started as root (at any level, ``none`` too), drops to an unprivileged uid for real.
 """
 
 from __future__ import annotations
@@ -53,6 +53,13 @@ class IsolationPlan:
 
     @property
     def drops_root(self) -> bool:
+        """Whether the worker drops to :data:`UNPRIVILEGED_UID`: always under bwrap or namespaces, and under
+        ``none`` when started as root (tool code as root would read every file of the machine)."""
+        return self.level != "none" or os.geteuid() == 0
+
+    @property
+    def isolates_files(self) -> bool:
+        """Whether tool code sees only the worker's view; under ``none`` it reads whatever its uid can."""
         return self.level != "none"
 
 
@@ -112,6 +119,9 @@ def worker_command(
         "view": {"binds": list(view.binds), "symlinks": [list(pair) for pair in view.symlinks]},
         "tmpfs_bytes": limits.tmpfs_mb << 20,
         "drop_uid": UNPRIVILEGED_UID if plan.drops_root else None,
+        # Without a view the unprivileged uid may not read the interpreter's own files (a Python under
+        # /root): what the worker imports late is imported before it drops.
+        "preload": ["ast"] if plan.drops_root and plan.level == "none" else [],
         "host_pid": os.getpid(),
         "python_path": python_path,
         "template": template,

@@ -71,6 +71,7 @@ class ProcessSandbox(PooledSandbox):
         }
         launcher = _launcher(start, plan, limits, policy, cgroups)
         self._launcher = launcher
+        self._isolates_files = plan.isolates_files
         try:
             super().__init__(launcher, described, spares=spares, limits=limits)
         except BaseException:
@@ -81,6 +82,10 @@ class ProcessSandbox(PooledSandbox):
     def report(self) -> dict[str, Any]:
         """What is in force, in detail: level, seccomp, rlimits, the cgroup's limits, the mounted view."""
         return dict(self._report)
+
+    @property
+    def isolates_files(self) -> bool:
+        return self._isolates_files
 
     def close(self) -> None:
         super().close()

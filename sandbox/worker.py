@@ -5,11 +5,12 @@ for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="r
 imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
-built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, host_pid, seccomp,
+built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, preload, host_pid, seccomp,
 rlimits, policy, python_path, output_cap, result_cap, template.
 
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
-rlimits, dropping root to an unprivileged uid, then a seccomp filter. Only then does it say ``ready``.
+rlimits, the ``preload`` imports, dropping root to an unprivileged uid, then a seccomp filter. Only then
+does it say ``ready``.
 The protocol itself is described in ``protocol.py``; the message shapes below must match it.
 """
 
@@ -906,6 +907,8 @@ def serve_episode(channel: Channel, config: dict, policy, load_seccomp, namespac
     """Harden this process (rlimits, uid, seccomp), say ``ready``, then serve one episode."""
     try:
         apply_rlimits(config["rlimits"], namespace_init)
+        for name in config.get("preload", ()):
+            __import__(name)
         uid = drop_privileges(config.get("drop_uid"))
         if load_seccomp is not None:
             load_seccomp()

@@ -239,6 +239,26 @@ def test_weaker_levels_are_explicit_and_reported() -> None:
         assert box.worker_info["seccomp"] is False and box.worker_info["uid"] != 0
 
 
+def test_isolation_none_started_as_root_runs_tool_code_as_nobody(tmp_path: Path) -> None:
+    """Without a view, root's tool code would read every file of the machine (/etc/shadow): started as
+    root, the worker drops to the unprivileged uid at ``none`` too, and reads no file only root may."""
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("dropping from root needs the tests to run as root in CI")
+        pytest.skip("dropping from root needs root")
+    secret = tmp_path / "secret"
+    secret.write_text("root's own")
+    secret.chmod(0o600)
+    tools = f"def peek():\n    import os\n    return [os.getuid(), open({str(secret)!r}).read()]"
+    with ProcessSandbox(isolation="none", spares=0, cgroup="none") as box:
+        assert box.isolates_files is False and box.worker_info["uid"] == isolation.UNPRIVILEGED_UID
+        box.load([tools])
+        refused = box.call("peek", {})
+        assert refused.status == "error" and "PermissionError" in str(refused.error), refused
+        box.load(["def uid():\n    import os\n    return os.getuid()"])  # the next episode's worker
+        assert box.call("uid", {}).value == isolation.UNPRIVILEGED_UID
+
+
 def test_unavailable_isolation_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))  # no bwrap on PATH
     with pytest.raises(IsolationUnavailableError, match="apt-get install bubblewrap"):

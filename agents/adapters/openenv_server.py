@@ -32,12 +32,16 @@ from hopgym import __version__
 from hopgym.agents.adapters.openenv_core import Environment, EnvironmentMetadata, create_app
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.agents.evaluation.rollouts import make_env
-from hopgym.errors import ConfigError, EnvServerError, HopgymError
+from hopgym.envs.chat import chat_env
+from hopgym.envs.tooltasks.env import ToolTasksEnv
+from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
 
 API_KEY_HEADER = "authorization"
 """Clients send ``Authorization: Bearer KEY`` (HTTP requests and the WebSocket handshake)."""
 IDLE_CLOSE_CODE = 4408
 """The WebSocket close code of a session closed for idleness (4000-4999 are private; 408: HTTP's timeout)."""
+ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
+"""The option by which the operator lets tool code run where the sandbox does not isolate the files."""
 
 
 @dataclass
@@ -50,6 +54,9 @@ class ServedEnv:
     session_timeout: float | None = None
     """Seconds of client silence after which a session is closed (None: never; ``hopgym serve env``'s
     default is :data:`hopgym.commands.serve.SESSION_TIMEOUT`)."""
+    allow_unisolated_code: bool = False
+    """Run CodeAct code and ToolTasks tools even where the sandbox does not isolate the files (isolation
+    ``none``): that code then reads whatever the workers' uid can (:data:`ALLOW_UNISOLATED_CODE`)."""
     _places: threading.BoundedSemaphore = field(init=False)
     _live: set[gym.Env] = field(init=False, default_factory=set)
     _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
@@ -63,9 +70,18 @@ class ServedEnv:
 
     def check(self) -> str:
         """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
-        server listens (unknown ids and kwargs: ``check_env_options``). Returns the sandbox isolation."""
+        server listens (unknown ids and kwargs: ``check_env_options``), and so does ToolTasks-v0 where the
+        sandbox does not isolate the files, unless allowed. Returns the sandbox isolation."""
         env = make_env(self.env_id, self.env_kwargs)
         try:
+            tool_files = isinstance(chat_env(env), ToolTasksEnv)
+            if tool_files and not self.allow_unisolated_code and not isolates_files(env):
+                raise ConfigError(
+                    f"{self.env_id} runs its tool files in a sandbox that does not isolate the files "
+                    f"(isolation 'none'): that code would read the data and whatever else the server's user "
+                    f"can; use a sandbox that isolates (isolation 'auto', 'bwrap' or 'namespaces'), or pass "
+                    f"{ALLOW_UNISOLATED_CODE} to run it anyway"
+                )
             _, info = env.reset(options={"index": 0})
             return str(info.get("isolation"))
         finally:
@@ -135,6 +151,12 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
     def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
         if self._env is None:
             raise HopgymError("step() called before reset(); call reset()")
+        if action.code is not None and not (self._served.allow_unisolated_code or isolates_files(self._env)):
+            raise ActionError(
+                "this server refuses CodeAct code: its sandbox does not isolate the files (isolation "
+                f"'none'), so code would read the server's data; send tool_calls or a final answer, or ask "
+                f"the operator to restart it with an isolating sandbox (or {ALLOW_UNISOLATED_CODE})"
+            )
         observation, reward, terminated, truncated, info = self._env.step(action.message())
         self._state.step_count += 1
         return self._observation(observation, float(reward), bool(terminated), bool(truncated), info)
@@ -186,6 +208,12 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         )
         self._sent, self._sent_tools = list(messages), tools  # what the client holds once this frame is out
         return sent
+
+
+def isolates_files(env: gym.Env) -> bool:
+    """Whether ``env``'s tool code is kept from the server's files (true for an env that runs no tools)."""
+    sandbox = chat_env(env).sandbox
+    return sandbox is None or sandbox.isolates_files
 
 
 def uvicorn_server(app: Any) -> Any:

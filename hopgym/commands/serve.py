@@ -8,12 +8,16 @@ import contextlib
 import ipaddress
 import os
 import socket
+import stat
+import sys
 import time
 
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from
 from hopgym.errors import ConfigError, ModelError
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
+KEY_FILE_LIMIT = 4096
+"""The most bytes ``--api-key-file`` reads: a key, not a file read whole by mistake."""
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 SESSION_TIMEOUT = 600.0
 """``serve env``'s default seconds a session may wait for its client. Longer than one model turn of a
@@ -75,7 +79,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     env.add_argument(
         "--api-key",
-        help=f"key every request must carry as 'Authorization: Bearer KEY' (default: ${API_KEY_VARIABLE})",
+        help="key every request must carry as 'Authorization: Bearer KEY'; other local users see it in the "
+        f"server's command line: prefer --api-key-file or ${API_KEY_VARIABLE}",
+    )
+    env.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help="read the key from this file (its first line; readable by its owner only, mode 0600 or 0400); "
+        f"default: ${API_KEY_VARIABLE}",
+    )
+    env.add_argument(
+        "--allow-unisolated-code",
+        action="store_true",
+        help="run CodeAct code and ToolTasks tools even in a sandbox that does not isolate the files "
+        "(isolation 'none'): that code then reads whatever the sandbox workers' uid can, on a host the "
+        "server's own user's files (its data, its key); refused without this",
     )
     env.add_argument(
         "--max-sessions",
@@ -148,10 +166,54 @@ def check_exposure(host: str, api_key: str | None) -> None:
         )
 
 
+def served_api_key(given: str | None, path: str | None) -> str | None:
+    """The env server's key: from ``--api-key`` (warned: local users read command lines), a key file, or
+    :data:`API_KEY_VARIABLE`."""
+    if given is not None and path is not None:
+        raise ConfigError("give the key once: --api-key or --api-key-file, not both")
+    if given is not None:
+        print(
+            f"warning: --api-key shows the key in this server's command line to every local user; "
+            f"use --api-key-file PATH or ${API_KEY_VARIABLE}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return given or None
+    if path is not None:
+        return read_key_file(path)
+    return os.environ.get(API_KEY_VARIABLE) or None
+
+
+def read_key_file(path: str) -> str:
+    """The key in ``path``'s first line. Refused when the file is readable by its group or others (the
+    key would not be the server's secret), empty, or not a short text file."""
+    try:
+        # non-blocking: a FIFO given by mistake is refused, not waited on
+        with open(os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC), "rb") as file:
+            mode = os.fstat(file.fileno()).st_mode
+            if not stat.S_ISREG(mode):
+                raise ConfigError(f"--api-key-file {path} is not a regular file")
+            if mode & 0o077:
+                raise ConfigError(
+                    f"--api-key-file {path} has mode {stat.S_IMODE(mode):04o}: others could read the key; "
+                    f"make it readable by its owner only (chmod 600 {path})"
+                )
+            content = file.read(KEY_FILE_LIMIT + 1)
+    except OSError as exc:
+        raise ConfigError(f"--api-key-file {path} cannot be read: {exc.strerror}") from exc
+    if len(content) > KEY_FILE_LIMIT:
+        raise ConfigError(f"--api-key-file {path} is over {KEY_FILE_LIMIT} bytes: a key file holds one key")
+    lines = content.decode(errors="replace").splitlines()
+    key = lines[0].strip() if lines else ""
+    if not key:
+        raise ConfigError(f"--api-key-file {path} is empty: write the key on its first line")
+    return key
+
+
 def serve_env(args: argparse.Namespace) -> int:
     from hopgym.envs.env_options import check_env_options
 
-    api_key = args.api_key or os.environ.get(API_KEY_VARIABLE) or None
+    api_key = served_api_key(args.api_key, args.api_key_file)
     check_exposure(args.host, api_key)
     env_kwargs = env_kwargs_from(args)
     check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
@@ -161,7 +223,9 @@ def serve_env(args: argparse.Namespace) -> int:
         raise ConfigError(
             f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
         ) from exc
-    served = ServedEnv(args.env, env_kwargs, args.max_sessions, args.session_timeout or None)
+    served = ServedEnv(
+        args.env, env_kwargs, args.max_sessions, args.session_timeout or None, args.allow_unisolated_code
+    )
     isolation = served.check()
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     listener = socket.socket(family, socket.SOCK_STREAM)
