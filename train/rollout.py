@@ -8,9 +8,9 @@ one episode loop, envs in worker threads), with a policy that asks the trainer f
 is parsed with TRL's parser for the chat template (``parse_response``, within hopgym's bounds for model
 text: :mod:`hopgym.agents.model.reply_parser`; a reply past them is malformed, its text the final answer)
 and sent to ``env.step`` as an assistant message (its calls validated, classified and run in the sandbox; a
-reply without a call is the final answer); the env's new ``tool`` messages are appended as tokens the model did not write
-(``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule, its
-``max_turns``) or the completion's token budget is spent.
+reply without a call is the final answer); the env's new ``tool`` messages are appended as tokens the model
+did not write (``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule,
+its ``max_turns``) or the completion's token budget is spent.
 
 The protocol is the ``fc`` agent's: native tool calls, answered by ``tool`` messages. An env that is not
 one of hopgym's chat envs is refused when the rollout is made (CodeAct's code actions, whose output comes
