@@ -20,8 +20,12 @@ MAX_PARSED_CHARS = 2**20
 """Characters of one model text a parser reads (1 Mi); the rest is ignored. A reply this long holds no
 meaningful tool call or answer past that point (replies are capped at a few thousand tokens in practice),
 and scoring keeps its meaning: an answer is read from its first MiB."""
+MAX_JSON_DEPTH = 100
+"""Nesting past this many brackets is not read as JSON: Python's ``json`` recurses once per level and fails
+near the recursion limit (about 1,000), which depends on the stack the parser is called from."""
 REPLACEMENT = "\ufffd"
 _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_BRACKET = re.compile(r"[][{}]")
 T = TypeVar("T")
 
 SPACE_CHARACTERS = (
@@ -115,3 +119,18 @@ def outermost_braces(text: str) -> str | None:
     looked for), or None: what ``re.search(r"\\{.*\\}", text, re.S)`` matches, in linear time."""
     start, end = text.find("{"), text.rfind("}")
     return text[start : end + 1] if 0 <= start < end else None
+
+
+def nested_deeper(text: str, limit: int = MAX_JSON_DEPTH) -> bool:
+    """Whether ``text`` opens more than ``limit`` brackets (``[`` and ``{``) that are still open at one
+    point, quoted or not: a bound that a parser's JSON can never go past, whatever template parses it and
+    however its strings are escaped. Linear time; a closing bracket with nothing open is ignored."""
+    depth = 0
+    for bracket in _BRACKET.finditer(text):
+        if bracket[0] in "[{":
+            depth += 1
+            if depth > limit:
+                return True
+        elif depth:
+            depth -= 1
+    return False

@@ -21,7 +21,15 @@ from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls
 from hopgym.agents.policies.react import _first_json_object, parse_react
 from hopgym.agents.policies.text_calls import _json_values, parse_text_tool_calls, tagged_segments
 from hopgym.envs.kgtool.scoring import _FENCE, parse_answer_names
-from hopgym.model_text import MAX_PARSED_CHARS, SPACE, SPACE_CHARACTERS, linear, valid_unicode
+from hopgym.model_text import (
+    MAX_JSON_DEPTH,
+    MAX_PARSED_CHARS,
+    SPACE,
+    SPACE_CHARACTERS,
+    linear,
+    nested_deeper,
+    valid_unicode,
+)
 from hopgym.tasks.familytool import extraction
 from hopgym.tasks.familytool.extraction import parse_search_calls
 from hopgym.tasks.kg2tool.query_prompt import parse_translation
@@ -183,6 +191,18 @@ def test_hermes_blocks_with_deep_or_huge_json_lose_the_reply_not_the_episode() -
     for text in ["<tool_call>" + "[" * 100_000, "<tool_call>[" + "9" * 10_000 + "]"]:
         assert parse_hermes_tool_calls(text) == []
     assert _first_json_object("{" * 100_000, default="raw") == "raw"
+
+
+def test_nesting_past_the_depth_limit_is_found_in_strings_too_and_stray_closers_do_not_hide_it() -> None:
+    """The bound a training reply must keep (agents/model/reply_parser.py): open brackets, quoted or not,
+    anywhere in the text, even after a MiB of balanced ones; a closer with nothing open lowers nothing."""
+    limit = MAX_JSON_DEPTH
+    assert not nested_deeper("[" * limit) and nested_deeper("[" * (limit + 1))
+    assert nested_deeper('{"a": "' + "{" * (limit + 1) + '"}')
+    assert not nested_deeper("]" * 500 + "[" * limit + "}" * 5 + "{" * 5)
+    assert nested_deeper("]" * 500 + "[" * limit + "}" * 5 + "{" * 6)
+    assert not nested_deeper(filled("[]")) and nested_deeper(filled("[]") + "{" * (limit + 1))
+    assert nested_deeper("[" * 3, limit=2) and not nested_deeper("[[]][[]]", limit=2)
 
 
 def test_parsers_read_only_the_first_mib() -> None:

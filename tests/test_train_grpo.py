@@ -36,6 +36,7 @@ from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from tests.extras import TORCH_GROUP  # noqa: E402
+from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
@@ -300,32 +301,6 @@ def test_the_shaped_reward_adds_format_call_and_correctness_terms_with_their_wei
     assert reward.terms(answered_at_once)["format"] == reward.terms(cut_call)["format"] == 0.0
     with pytest.raises(ConfigError, match="unknown statuses"):
         ShapedReward(call_weights={"fine": 1.0})
-
-
-class ScriptedTrainer:
-    """The two trainer methods the rollout uses, with replies written by ``reply(prompt text)`` instead of
-    a model: TRL's own tool-result tokens (its ``_get_tool_suffix_ids``, called on this object) on a real
-    tokenizer."""
-
-    max_completion_length = 400
-    use_vllm = False
-    generation_config = None
-    chat_template = None
-    chat_template_kwargs: dict = {}  # noqa: RUF012 - read-only
-    _is_vlm = False
-
-    def __init__(self, tokenizer, reply):
-        self.processing_class = self._tokenizer = tokenizer
-        self.reply = reply
-
-    def _get_tool_suffix_ids(self, *args, **kwargs):
-        from trl import GRPOTrainer
-
-        return GRPOTrainer._get_tool_suffix_ids(self, *args, **kwargs)
-
-    def _generate_single_turn(self, prompt_ids, images, fields, count):
-        texts = [self.reply(self.processing_class.decode(ids)) for ids in prompt_ids]
-        return [self.processing_class(text, add_special_tokens=False)["input_ids"] for text in texts], None
 
 
 def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_sandbox():

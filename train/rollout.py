@@ -5,11 +5,12 @@ run (per-sample tools are an open pull request), and judges calls itself. ToolHo
 own tools, and a hopgym reward must come from the env's own validation, sandbox and scoring, so here the
 env runs each turn: the episodes are played by :class:`~hopgym.agents.evaluation.rollouts.Rollouts` (the
 one episode loop, envs in worker threads), with a policy that asks the trainer for the reply. The reply
-is parsed with TRL's parser for the chat template (``parse_response``) and sent to ``env.step`` as an
-assistant message (its calls validated, classified and run in the sandbox; a reply without a call is the
-final answer); the env's new ``tool`` messages are appended as tokens the model did not write
-(``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule, its
-``max_turns``) or the completion's token budget is spent.
+is parsed with TRL's parser for the chat template (``parse_response``, within hopgym's bounds for model
+text: :mod:`hopgym.agents.model.reply_parser`; a reply past them is malformed, its text the final answer)
+and sent to ``env.step`` as an assistant message (its calls validated, classified and run in the sandbox; a
+reply without a call is the final answer); the env's new ``tool`` messages are appended as tokens the model
+did not write (``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule,
+its ``max_turns``) or the completion's token budget is spent.
 
 The protocol is the ``fc`` agent's: native tool calls, answered by ``tool`` messages. An env that is not
 one of hopgym's chat envs is refused when the rollout is made (CodeAct's code actions, whose output comes
@@ -38,6 +39,7 @@ from typing import Any, TypedDict
 import gymnasium as gym
 
 from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
+from hopgym.agents.model.reply_parser import parse_reply
 from hopgym.envs.calls import CallRecord
 from hopgym.envs.chat import chat_env, checked_action
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
@@ -387,12 +389,14 @@ class HopgymRollout:
         self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]
     ) -> tuple[str, dict[str, Any] | str, bool]:
         """The decoded reply, the env action it makes and whether it was well formed (see
-        :class:`TurnRecord`). A reply that parses into no valid action is a plain-text final answer."""
-        from trl.chat_template_utils import parse_response
-
+        :class:`TurnRecord`). A reply that parses into no valid action, or that cannot be read within
+        hopgym's bounds (:func:`~hopgym.agents.model.reply_parser.parse_reply`), is a malformed reply: its
+        text is the final answer."""
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         finished = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
-        message = parse_response(self.tokenizer, ids, prefix=prefix, tools=tools or None)
+        message = parse_reply(self.tokenizer, ids, prefix, tools or None)
+        if message is None:
+            return text, text, False
         calls = message.get("tool_calls") or []
         if calls:
             action = {"role": "assistant", "content": message.get("content") or "", "tool_calls": calls}

@@ -13,14 +13,12 @@ from collections import deque
 from typing import Any
 
 from hopgym.messages import ToolCall, tool_call
-from hopgym.model_text import parsed_text
+from hopgym.model_text import MAX_JSON_DEPTH, parsed_text
 
 OPEN_TAG, CLOSE_TAG = "<tool_call>", "</tool_call>"
 _CODE_FENCE = re.compile(r"```(?:python3?|py)?[ \t]*\n(.*?)(?:```|$)", re.DOTALL)
 """Linear in Python's re: the language and the blank run before the newline cannot overlap, and each body
 ends at the first closing fence."""
-MAX_JSON_DEPTH = 100
-"""A bracket nested deeper than this below a candidate's opening one makes that candidate not JSON."""
 MAX_JSON_TOKENS = 10_000
 """Brackets and quotes the JSON search walks in one text; the search ends there (see :func:`_json_values`)."""
 _OPENER = re.compile(r"[{\[]")
@@ -57,9 +55,9 @@ def _json_values(text: str) -> list[Any]:
 
     Linear time: one bracket-matching walk finds where each candidate would end (skipping strings), so
     only the text of a balanced candidate is decoded, and a candidate inside one that failed at a position
-    it spans fails without decoding again. Bounded: a candidate nested deeper than :data:`MAX_JSON_DEPTH`,
-    or holding an integer past Python's digit limit, is not JSON; after :data:`MAX_JSON_TOKENS` brackets
-    and quotes the search ends with the values found so far."""
+    it spans fails without decoding again. Bounded: a candidate nested deeper than
+    :data:`~hopgym.model_text.MAX_JSON_DEPTH`, or holding an integer past Python's digit limit, is not JSON;
+    after :data:`MAX_JSON_TOKENS` brackets and quotes the search ends with the values found so far."""
     text = parsed_text(text)
     spans: Spans = {}
     failures: dict[int, int] = {}
