@@ -30,7 +30,7 @@ from binascii import a2b_base64, b2a_base64
 from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
 
 # The host reads these from this file (it never defines its own): the worker imports no hopgym.
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 2
 """Bumped whenever a message changes shape; the worker reports its own in the ready message."""
 ERROR_TEXT_CAP = 2000
 """Characters of an error text the worker sends (:func:`describe_error`)."""
