@@ -150,15 +150,15 @@ def _why_files_differ(folder: Path, files: dict[str, Any]) -> str | None:
 
 def _discard(folder: Path) -> None:
     """Move whatever is at ``folder`` out of the way and delete it (a link is removed, not followed)."""
-    if not os.path.lexists(folder):
-        return
-    if not stat.S_ISDIR(os.lstat(folder).st_mode):
-        folder.unlink()
-        return
-    aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".discarded-"))
-    with contextlib.suppress(FileNotFoundError):  # another run discarded it first
-        os.rename(folder, aside / folder.name)
-    shutil.rmtree(aside, ignore_errors=True)
+    with contextlib.suppress(OSError):  # gone already, or not ours to move: the check after says which
+        if not stat.S_ISDIR(os.lstat(folder).st_mode):
+            folder.unlink()
+            return
+        aside = Path(tempfile.mkdtemp(dir=folder.parent, prefix=".discarded-"))
+        try:
+            os.rename(folder, aside / folder.name)
+        finally:
+            shutil.rmtree(aside, ignore_errors=True)
 
 
 def load_tokenizer(model: str) -> Any:
