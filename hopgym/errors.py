@@ -29,6 +29,10 @@ class ConfigError(HopgymError, ValueError):
     """An env, agent or CLI option has a value that is not allowed."""
 
 
+class RequestError(HopgymError, ValueError):
+    """A request to one of hopgym's local HTTP servers has a parameter that is not allowed (answered 400)."""
+
+
 class ActionError(HopgymError, ValueError):
     """An action given to ``step`` is not an assistant message or a final answer; the episode is unchanged."""
 

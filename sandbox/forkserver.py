@@ -8,7 +8,8 @@ mount and IPC namespaces and a fresh /tmp, /proc and /dev/pts; it applies the rl
 loads the seccomp filter as a spawned worker does (its CPU limit is the kernel's SIGKILL: an init ignores a
 default-action SIGXCPU; see ``worker.apply_rlimits``), before saying ``ready``. The template reaps it and
 writes its exit code to its exit-status pipe. The host moves the worker into its own cgroup before any
-request (so before any untrusted code) and holds a pidfd of it to kill it without pid reuse races.
+request (so before any untrusted code) and holds a pidfd of it to kill it without pid reuse races; it
+changes a worker's scheduling through the template, whose unreaped child cannot have lost its pid.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import socket
 import subprocess
 import threading
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from hopgym.errors import SandboxError
 from hopgym.sandbox import kernelfiles
@@ -48,6 +49,15 @@ _CHILD_LOOKUP_SECONDS = 1.0
 """How long a forked child may stay missing from its parent's list of children before it counts as gone."""
 
 
+class Forked(NamedTuple):
+    """A worker as the fork-server forked it: its host pid, the template's number for the fork, and the
+    template's start count (a restarted template numbers its forks from 1 again)."""
+
+    pid: int
+    fork: int
+    generation: int
+
+
 class ForkServer:
     """The template process and its control socket; started on first use, started again if it died.
     Fork requests are serialised (one socket), each takes well under a millisecond of the template."""
@@ -59,10 +69,11 @@ class ForkServer:
         self._process: subprocess.Popen | None = None
         self._control: socket.socket | None = None
         self._host_pid = 0
+        self._generation = 0
 
-    def fork(self, fds: list[int], timeout: float) -> int:
+    def fork(self, fds: list[int], timeout: float) -> Forked:
         """Fork a worker holding ``fds`` as its stdin, stdout and stderr (the template keeps the fourth, its
-        exit-status pipe); the host pid of the worker (PID 1 of its namespace)."""
+        exit-status pipe); the worker is PID 1 of its namespace."""
         with self._lock:
             if self._process is None or self._process.poll() is not None:
                 self._start()
@@ -73,9 +84,31 @@ class ForkServer:
             except (OSError, SandboxError) as exc:
                 self._stop()
                 raise SandboxError(f"the sandbox's fork-server failed: {exc}") from exc
-            if reply.get("type") != "forked" or not isinstance(reply.get("pid"), int):
+            if reply.get("type") != "forked" or not all(
+                isinstance(reply.get(key), int) for key in ("pid", "fork")
+            ):
                 raise SandboxError(f"the sandbox's fork-server could not fork a worker: {reply.get('error')}")
-            return self._host_pid_of(reply["pid"])
+            return Forked(self._host_pid_of(reply["pid"]), reply["fork"], self._generation)
+
+    def schedule(self, worker: Forked, policy: int, priority: int) -> tuple[int, int] | None:
+        """Set ``worker``'s scheduling policy and priority while the template has not reaped it (race-free:
+        see ``worker._schedule``); the policy and priority it had, None once it is gone (or its template).
+        A template that does not answer in time is stopped, as after a failed fork: a late answer would
+        be read as the next fork's."""
+        with self._lock:
+            if worker.generation != self._generation or self._control is None:
+                return None
+            request = {"op": "schedule", "fork": worker.fork, "policy": policy, "priority": priority}
+            try:
+                self._control.send(json.dumps(request).encode())
+                reply = self._receive(time.monotonic() + self._start_timeout)
+            except (OSError, SandboxError):
+                self._stop()
+                return None
+            had = reply.get("had")
+            if reply.get("type") != "scheduled" or not isinstance(had, list) or len(had) != 2:
+                return None
+            return int(had[0]), int(had[1])
 
     def close(self) -> None:
         with self._lock:
@@ -83,6 +116,7 @@ class ForkServer:
 
     def _start(self) -> None:
         self._stop()
+        self._generation += 1
         host_end, template_end = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
             self._process = subprocess.Popen(
@@ -170,7 +204,7 @@ class ForkingLauncher(HostLauncher):
         pipes = [os.pipe() for _ in range(4)]  # stdin, stdout, stderr, exit status
         worker_ends = [pipes[0][0], pipes[1][1], pipes[2][1], pipes[3][1]]
         try:
-            pid = self._server.fork(worker_ends, self._start_timeout)
+            forked = self._server.fork(worker_ends, self._start_timeout)
         except SandboxError:
             for read, write in pipes:
                 os.close(read)
@@ -180,11 +214,11 @@ class ForkingLauncher(HostLauncher):
             raise
         for fd in worker_ends:
             os.close(fd)
-        worker = _ForkedWorker(pid, pipes, cgroup, self._reply_cap, self._reaper)
+        worker = _ForkedWorker(forked, self._server, pipes, cgroup, self._reply_cap, self._reaper)
         try:
             info = await_ready(worker.connection, self._start_timeout)
             check_hardening(info, drops_root=self._plan.drops_root, seccomp=self._plan.seccomp)
-            worker.adopt(worker_pid(pid, info))
+            worker.adopt(worker_pid(forked.pid, info))
         except (SandboxError, OSError) as exc:
             stderr = worker.stderr()
             worker.kill()
@@ -200,18 +234,26 @@ class _ForkedWorker:
     """A forked worker as the host holds it: its pipes, a pidfd of its process, its cgroup."""
 
     def __init__(
-        self, pid: int, pipes: list[tuple[int, int]], cgroup: WorkerCgroup | None, cap: int, reaper: Reaper
+        self,
+        forked: Forked,
+        server: ForkServer,
+        pipes: list[tuple[int, int]],
+        cgroup: WorkerCgroup | None,
+        cap: int,
+        reaper: Reaper,
     ) -> None:
         self._reaper = reaper
-        self._pidfd = os.pidfd_open(pid)
-        self._pid = pid
+        self._forked = forked
+        self._server = server
+        self._pidfd = os.pidfd_open(forked.pid)
+        self._pid = forked.pid
         self._cgroup = cgroup
         self._stderr = pipes[2][0]
         self._status = pipes[3][0]
         self._exit_code: int | None = None
         self._killed = False
-        self._scheduling: tuple[int, os.sched_param] | None = None
-        """The worker's scheduling policy and parameters before its kill set it to idle."""
+        self._scheduling: tuple[int, int] | None = None
+        """The worker's scheduling policy and priority before its kill set it to idle."""
         self.connection = PausingConnection(
             os.fdopen(pipes[1][0], "rb", buffering=0),
             PipeWriter(os.fdopen(pipes[0][1], "wb", buffering=0)),
@@ -239,24 +281,10 @@ class _ForkedWorker:
             return
         self._killed = True
         self.connection.pause_pidfd = None  # the reaper closes it: nothing may signal through its number
-        self._scheduling = self._set_scheduler(os.SCHED_IDLE, os.sched_param(0))
+        self._scheduling = self._server.schedule(self._forked, os.SCHED_IDLE, 0)
         with contextlib.suppress(ProcessLookupError):
             signal.pidfd_send_signal(self._pidfd, signal.SIGKILL)
         self._reaper.put(self._finish)
-
-    def _set_scheduler(self, policy: int, parameters: os.sched_param) -> tuple[int, os.sched_param] | None:
-        """Set the scheduling policy of the worker while it has not exited, returning the one it had; a
-        process that has not exited keeps its pid, so its pidfd (readable once it exits) says that the pid
-        is still this worker's. Only the order of the exit's work changes, so a refusal (ESRCH) is no
-        error (the fork path runs as root, so EPERM does not arise)."""
-        if exited(self._pidfd):
-            return None
-        try:
-            had = (os.sched_getscheduler(self._pid), os.sched_getparam(self._pid))
-            os.sched_setscheduler(self._pid, policy, parameters)
-        except OSError:
-            return None
-        return had
 
     def _finish(self) -> None:
         # Killed in kill(): wait until it is gone, without polling. One that has not finished exiting at
@@ -264,7 +292,7 @@ class _ForkedWorker:
         # otherwise hold back its exit, and its memory and cgroup, for seconds).
         if not ready(self._pidfd, _IDLE_EXIT_SECONDS):
             if self._scheduling is not None:
-                self._set_scheduler(*self._scheduling)
+                self._server.schedule(self._forked, *self._scheduling)
             ready(self._pidfd, 2.0)
         os.close(self._pidfd)
         if self._cgroup is not None:

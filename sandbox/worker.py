@@ -337,6 +337,8 @@ contention (0.96 s of 1 s seen on an idle machine); half leaves a wide margin, a
 ``resource_limit`` either way."""
 _EPISODE_FDS = 4
 """What the host sends with each fork request: the episode's stdin, stdout, stderr and exit-status pipes."""
+_CONTROL_BYTES = 256
+"""The longest control message to the template: ``fork``, or a schedule request (a few dozen bytes)."""
 _PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
 TEMPLATE_MODULES = ("math", "datetime", "calendar", "string", "unicodedata", "csv")
 """Standard-library modules tool code commonly imports (beyond ``re``, ``json``, ``collections``, ``io`` ...
@@ -398,36 +400,59 @@ def serve_template(config: dict) -> int:
 
     gc.freeze()  # the collector never writes to what the template built: forked pages stay shared
     control.send(_dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
-    workers: dict[int, tuple[int, int]] = {}
-    """Each live worker's pidfd: its pid and the write end of its exit-status pipe."""
+    workers: dict[int, tuple[int, int, int]] = {}
+    """Each live worker's pidfd: its pid, the write end of its exit-status pipe and its fork number."""
+    forks = 0
     waiting = select.poll()  # not select(): descriptors may pass 1024 with hundreds of live workers
     waiting.register(control.fileno(), select.POLLIN)
     while True:
         ready = {fd for fd, _ in waiting.poll()}
         for pidfd in ready & workers.keys():
             waiting.unregister(pidfd)
-            pid, status = workers.pop(pidfd)
+            pid, status, _ = workers.pop(pidfd)
             _report_exit(pid, status, config["rlimits"].get("cpu_seconds"))
             os.close(pidfd)
         if control.fileno() not in ready:
             continue
-        message, fds, _, _ = socket.recv_fds(control, 64, _EPISODE_FDS)
+        message, fds, _, _ = socket.recv_fds(control, _CONTROL_BYTES, _EPISODE_FDS)
         if not message:
             return 0
         try:
-            if message != b"fork" or len(fds) != _EPISODE_FDS:
-                raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors")
-            pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_request)
-            pidfd = os.pidfd_open(pid)
-            workers[pidfd] = (pid, os.dup(fds[3]))
-            waiting.register(pidfd, select.POLLIN)
-            reply = {"type": "forked", "pid": pid}
+            if message.startswith(b"{"):
+                reply = _schedule(_loads(message.decode()), {fork: pid for pid, _, fork in workers.values()})
+            elif message != b"fork" or len(fds) != _EPISODE_FDS:
+                raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors or a schedule one")
+            else:
+                pid = _fork_episode(libc, own_pid_namespace, fds, config, policy, load_seccomp, warm_request)
+                pidfd = os.pidfd_open(pid)
+                forks += 1
+                workers[pidfd] = (pid, os.dup(fds[3]), forks)
+                waiting.register(pidfd, select.POLLIN)
+                reply = {"type": "forked", "pid": pid, "fork": forks}
         except Exception as exc:
             reply = {"type": "fatal", "error": describe_error(exc)}
         finally:
             for fd in fds:
                 os.close(fd)
         control.send(_dumps(reply).encode())
+
+
+def _schedule(request: dict, unreaped: dict) -> dict:
+    """Set the scheduling policy of the worker of fork number ``request["fork"]`` for the host (see
+    ``forkserver._ForkedWorker.kill``), answering with the one it had, or None for a worker already reaped.
+    Race-free because the template is the worker's parent: it reaps its workers in this loop only, so the
+    pid of one it has not reaped is still that worker's (alive or a zombie), where the host could only
+    check a pidfd and then act on a pid that may have been reaped and reused between the two. Fork numbers,
+    unlike pids, are never reused."""
+    pid = unreaped.get(request.get("fork")) if request.get("op") == "schedule" else None
+    if pid is None:
+        return {"type": "scheduled", "had": None}
+    try:
+        had = [os.sched_getscheduler(pid), os.sched_getparam(pid).sched_priority]
+        os.sched_setscheduler(pid, request["policy"], os.sched_param(request["priority"]))
+    except OSError:  # a zombie has no scheduling to change: it is gone as far as the host cares
+        return {"type": "scheduled", "had": None}
+    return {"type": "scheduled", "had": had}
 
 
 def _report_exit(pid: int, status_fd: int, cpu_seconds: int | None) -> None:

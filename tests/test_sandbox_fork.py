@@ -198,9 +198,13 @@ def test_a_killed_worker_exits_at_idle_priority_and_the_host_keeps_its_own(
             seen.append((number, os.sched_getscheduler(previous)))
         send(pidfd, number, *args)
 
+    by_pid: list[tuple] = []  # the template sets it: the host never acts on a bare pid
+    monkeypatch.setattr(os, "sched_setscheduler", lambda *args: by_pid.append(args))
+    monkeypatch.setattr(os, "setpriority", lambda *args: by_pid.append(args))
     monkeypatch.setattr(signal, "pidfd_send_signal", record)
     _probe(sandbox)
     assert seen == [(signal.SIGKILL, os.SCHED_IDLE)]
+    assert by_pid == []
     current = sandbox._current().connection.pause_pid
     assert os.sched_getscheduler(current) == os.sched_getscheduler(0) == host_policy
     assert _wait_gone(previous, patience=10.0)
@@ -242,6 +246,29 @@ def test_a_killed_worker_still_exiting_later_goes_back_to_its_priority(
             send(pidfd, signal.SIGKILL)
         os.close(pidfd)
     assert _wait_gone(lingering, patience=10.0)
+
+
+def test_only_an_unreaped_worker_has_its_scheduling_changed(sandbox: ProcessSandbox) -> None:
+    """The host changes a worker's scheduling through its template, the worker's parent: the live worker's
+    is changed (and can be restored), while a request for one the template has reaped (whose pid could be
+    another process's by now) or one of an earlier template changes nothing, and the sandbox serves on."""
+    _probe(sandbox)
+    server = sandbox._launcher._server
+    current = sandbox._current().kill.__self__._forked
+    former = os.sched_getscheduler(current.pid), os.sched_getparam(current.pid).sched_priority
+    assert server.schedule(current, os.SCHED_BATCH, 0) == former
+    assert os.sched_getscheduler(current.pid) == os.SCHED_BATCH
+    assert server.schedule(current, *former) == (os.SCHED_BATCH, 0)
+    assert os.sched_getscheduler(current.pid) == former[0]
+    assert server.schedule(current._replace(generation=current.generation - 1), os.SCHED_IDLE, 0) is None
+    assert os.sched_getscheduler(current.pid) == former[0]
+    _probe(sandbox)  # a new episode: the previous worker is killed, and reaped by the template
+    give_up = time.monotonic() + 10.0
+    while Path(f"/proc/{current.pid}").exists() and time.monotonic() < give_up:  # until reaped, not a zombie
+        time.sleep(0.01)
+    assert not Path(f"/proc/{current.pid}").exists()
+    assert server.schedule(current, os.SCHED_IDLE, 0) is None
+    assert _probe(sandbox)["pids"] == [1]
 
 
 def test_a_worker_that_dies_leaves_the_template_serving(sandbox: ProcessSandbox) -> None:

@@ -1,5 +1,6 @@
 """GRPO with TRL on hopgym (hopgym.train): one real step on CPU whose rewards are replayed through the env,
-and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact.
+and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact;
+the embedded model's conversion, checked against its record before use (a planted folder is not loaded).
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
 The tests of this module run on one xdist worker (``TORCH_GROUP``): they share a module-scoped model and
@@ -159,6 +160,120 @@ def test_the_embedded_model_loads_for_training_from_its_gguf():
     assert 134e6 < sum(p.numel() for p in model.parameters()) < 135e6
     assert {p.dtype for p in model.parameters()} == {torch.float32}
     assert model.config.vocab_size == len(load_tokenizer("local"))
+
+
+class _Opens:
+    """Pickled, it opens (creates) ``marker`` when unpickled: a ``pytorch_model.bin`` that runs code."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (open, (str(self.marker), "w"))
+
+
+def plant(folder: Path, marker: Path) -> None:
+    """What a hostile or foreign folder at the cache path may hold: a config naming code to run (and the
+    code, which creates ``marker``), a pickle that creates ``marker`` when loaded, and other weights."""
+    import pickle
+
+    import torch
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True)
+    config = {"model_type": "llama", "auto_map": {"AutoModelForCausalLM": "planted.PlantedModel"}}
+    (folder / "config.json").write_text(json.dumps(config))
+    (folder / "planted.py").write_text(f"open({str(marker)!r}, 'w')\n")
+    (folder / "pytorch_model.bin").write_bytes(pickle.dumps(_Opens(marker)))
+    save_file({"foreign": torch.zeros(2)}, str(folder / "model.safetensors"))
+
+
+def test_a_folder_planted_at_the_converted_models_path_is_converted_again_not_loaded(tmp_path, monkeypatch):
+    """A folder with a config.json at the cache path of the embedded model's conversion, holding code, a
+    pickle and foreign weights, runs none of them: it is replaced by a fresh conversion, which loads."""
+    from hopgym.agents.model.local_server import find_local_model
+    from hopgym.tasks.toolhop.hub import sha256_of
+    from hopgym.train.model import load_model, why_not_converted
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    gguf = find_local_model()
+    source = sha256_of(gguf)
+    folder = tmp_path / "cache" / "hopgym" / "models" / f"{gguf.stem}-{source[:16]}"
+    marker = tmp_path / "code-ran"
+    plant(folder, marker)
+    model = load_model("local")
+    assert not marker.exists()
+    assert 134e6 < sum(p.numel() for p in model.parameters()) < 135e6
+    assert why_not_converted(folder, source) is None
+    assert not {"planted.py", "pytorch_model.bin"} & {path.name for path in folder.iterdir()}
+    assert [path.name for path in folder.parent.iterdir()] == [folder.name]  # nothing left beside it
+
+
+def _tamper_extra_file(folder: Path) -> None:
+    (folder / "planted.py").write_text("raise SystemExit\n")
+
+
+def _tamper_bytes(folder: Path) -> None:
+    with (folder / "model.safetensors").open("r+b") as stream:
+        stream.write(b"X")
+
+
+def _tamper_auto_map_recorded(folder: Path) -> None:
+    """The config names code and the record is written again to match: still refused."""
+    from hopgym.train.model import COMPLETE_FILE, mark_converted
+
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama", "auto_map": {}}))
+    (folder / COMPLETE_FILE).unlink()
+    mark_converted(folder, "a" * 64)
+
+
+def _tamper_link(folder: Path) -> None:
+    target = folder.parent / "elsewhere.safetensors"
+    os.replace(folder / "model.safetensors", target)
+    (folder / "model.safetensors").symlink_to(target)
+
+
+TAMPERS = {
+    "no record": lambda folder: (folder / "hopgym-converted.json").unlink(),
+    "a file the conversion did not write": _tamper_extra_file,
+    "a file missing": lambda folder: (folder / "tokenizer.json").unlink(),
+    "a changed byte": _tamper_bytes,
+    "a config naming code, recorded": _tamper_auto_map_recorded,
+    "a file writable by others": lambda folder: (folder / "config.json").chmod(0o666),
+    "a weights file that is a link": _tamper_link,
+    "an unreadable record": lambda folder: (folder / "hopgym-converted.json").write_text("{"),
+}
+
+
+@pytest.mark.parametrize("tamper", TAMPERS.values(), ids=TAMPERS.keys())
+def test_a_converted_folder_is_checked_against_its_record(tmp_path, tamper):
+    """Each way a folder at the cache path can differ from what the conversion wrote is found (and named),
+    and only the untouched folder passes; so is a record of another GGUF's conversion."""
+    from hopgym.train.model import mark_converted, why_not_converted
+
+    folder = tmp_path / "converted"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    (folder / "tokenizer.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(os.urandom(1024))
+    mark_converted(folder, "a" * 64)
+    assert why_not_converted(folder, "a" * 64) is None
+    assert "not the record of a conversion of the GGUF" in (why_not_converted(folder, "b" * 64) or "")
+    tamper(folder)
+    assert why_not_converted(folder, "a" * 64) is not None
+
+
+def test_a_link_at_the_converted_models_path_is_not_followed(tmp_path):
+    """A link to a folder that passes the check is no converted folder: it could change under the loader."""
+    from hopgym.train.model import mark_converted, why_not_converted
+
+    real = tmp_path / "real"
+    real.mkdir()
+    (real / "config.json").write_text(json.dumps({"model_type": "llama"}))
+    mark_converted(real, "a" * 64)
+    (tmp_path / "link").symlink_to(real)
+    assert why_not_converted(real, "a" * 64) is None
+    assert why_not_converted(tmp_path / "link", "a" * 64) == "it is not a folder"
 
 
 @pytest.fixture(scope="module")

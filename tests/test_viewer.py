@@ -153,6 +153,36 @@ def test_only_files_inside_the_given_run_folders_are_served(viewer: str, runs: P
         assert status == 404 and b"root:" not in body and b'"env"' not in body, path
 
 
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        ("/api/episode?run=0&task=t&sample=%C2%B2", "sample"),  # '²': str.isdigit() passes it, int() refuses
+        ("/api/episode?run=0&task=t&sample=%D9%A1", "sample"),  # Arabic-Indic one: int() would read it
+        ("/api/episode?run=0&task=t&sample=" + "1" * 5000, "sample"),  # over int()'s 4,300-digit limit
+        ("/api/episode?run=" + "0" * 5000 + "&task=t", "run"),
+        ("/api/episode?run=-1&task=t", "run"),
+        ("/api/episode?task=t", "run"),
+        ("/api/episode?run=0&task=a%00b", "task"),
+        ("/api/episode?run=0&task=" + "t" * 5000, "task"),
+        ("/runs/%C2%B2/run.json", "run"),
+        ("/runs/" + "1" * 5000 + "/run.json", "run"),
+        ("/runs/0/run.json%00", "file"),
+        ("/runs/0/" + "a/" * 3000 + "run.json", "file"),
+    ],
+    ids=lambda value: value if len(value) < 50 else value[:30] + f"...({len(value)} chars)",
+)
+def test_a_bad_query_or_path_value_is_a_400_naming_its_parameter(
+    viewer: str, path: str, parameter: str
+) -> None:
+    """Odd values sent with the token get a 400 whose error names the parameter (not a dropped connection
+    with a traceback), and the server goes on serving."""
+    status, body, headers = get(viewer, path)
+    assert status == 400 and headers["Content-Type"] == "application/json", (path, body[:200])
+    assert json.loads(body)["error"].startswith(f"{parameter} must be "), body[:200]
+    assert get(viewer, "/runs/1/run.json")[0] == 200
+    assert len(get_json(viewer, "/api/runs")) == 2
+
+
 def test_only_127_0_0_1_is_served_and_only_under_its_own_host_name(viewer: str) -> None:
     assert get(viewer, "/", host="attacker.example")[0] == 403  # a DNS-rebinding page's request
     status, body, headers = get(viewer, "/")

@@ -8,6 +8,8 @@ model and tool output, so the page puts it in the DOM as text only and every res
 Content-Security-Policy that runs no inline script. A ``Host`` other than the server's own address is
 refused, so a web page elsewhere cannot read runs through DNS rebinding, and so is any request for run data
 without the random token of the printed URL (as Jupyter does), so another local user cannot read them.
+A query or path value that names nothing a run could hold (a non-ASCII digit, a 5,000-digit index, a NUL)
+is answered 400 naming the parameter.
 Each connection must send its next request within :data:`CONNECTION_TIMEOUT` seconds (else it is closed)
 and at most :data:`MAX_CONNECTIONS` are served at once: idle or slow clients cannot pin threads.
 
@@ -39,7 +41,7 @@ from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILES, EpisodeRe
 from hopgym.agents.evaluation.run_folder import json_bytes, open_in_folder
 from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report.markdown import Run, load_run, run_names
-from hopgym.errors import ConfigError, HopgymError, one_line
+from hopgym.errors import ConfigError, HopgymError, RequestError, one_line
 
 HOST = "127.0.0.1"
 STATIC_FILES = {"/": "index.html", "/viewer.js": "viewer.js", "/viewer.css": "viewer.css"}
@@ -65,6 +67,11 @@ PAGE_POLICY = (
 # A run folder's file opened directly: shown as data, never as an active document.
 FILE_POLICY = "default-src 'none'; sandbox"
 OUTLINE_TEXT_LIMIT = 200
+INDEX_DIGITS = 9
+"""The most digits of a run index or sample number in a request: more name nothing a run holds, and int()
+refuses over 4,300 (its conversion limit) after quadratic work."""
+TEXT_PARAMETER_CHARS = 4096
+"""The longest task id or file path a request may carry."""
 
 
 def outcome(record: EpisodeRecord) -> str:
@@ -288,6 +295,8 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             self._route()
+        except RequestError as exc:
+            self._send_json(HTTPStatus.BAD_REQUEST, {"error": one_line(str(exc))})
         except HopgymError as exc:  # e.g. a run folder damaged since it was first read
             self._send_json(HTTPStatus.INTERNAL_SERVER_ERROR, {"error": one_line(str(exc))})
 
@@ -308,25 +317,26 @@ class _Handler(BaseHTTPRequestHandler):
         elif path == "/api/episode":
             self._episode(query)
         elif path.startswith("/runs/"):
-            self._run_file(path.removeprefix("/runs/"))
+            index, _, relative = path.removeprefix("/runs/").partition("/")
+            self._run_file(index_parameter("run", index), text_parameter("file", relative))
         else:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such page"})
 
-    def _source(self, index: str) -> RunSource | None:
+    def _source(self, index: int) -> RunSource | None:
         sources = self.server.sources
-        return sources[int(index)] if index.isdigit() and int(index) < len(sources) else None
+        return sources[index] if index < len(sources) else None
 
     def _episode(self, query: Mapping[str, str]) -> None:
-        source = self._source(query.get("run", ""))
-        sample = query.get("sample", "0")
-        record = source.episode(query.get("task", ""), int(sample)) if source and sample.isdigit() else None
+        source = self._source(index_parameter("run", query.get("run", "")))
+        sample = index_parameter("sample", query.get("sample", "0"))
+        task = text_parameter("task", query.get("task", ""))
+        record = source.episode(task, sample) if source else None
         if record is None:
             self._send_json(HTTPStatus.NOT_FOUND, {"error": "no such episode"})
         else:
             self._send_json(HTTPStatus.OK, {**record.to_json(), "outcome": outcome(record)})
 
-    def _run_file(self, rest: str) -> None:
-        index, _, relative = rest.partition("/")
+    def _run_file(self, index: int, relative: str) -> None:
         source = self._source(index)
         fd = source.file(relative) if source and relative else None
         if fd is None:
@@ -359,6 +369,25 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Referrer-Policy", "no-referrer")
         self.send_header("Cache-Control", "no-store")
         self.end_headers()
+
+
+def index_parameter(name: str, value: str) -> int:
+    """The run index or sample number ``value`` of the request's ``name``: 1 to :data:`INDEX_DIGITS` ASCII
+    digits, as ``str.isdigit`` alone would also pass a superscript or an Arabic-Indic digit that int()
+    refuses (or reads), and a digit string of any length."""
+    if not (value.isascii() and value.isdigit() and len(value) <= INDEX_DIGITS):
+        raise RequestError(f"{name} must be a number of 1 to {INDEX_DIGITS} ASCII digits, not {value[:40]!r}")
+    return int(value)
+
+
+def text_parameter(name: str, value: str) -> str:
+    """The task id or file path ``value`` of the request's ``name``: at most :data:`TEXT_PARAMETER_CHARS`
+    characters and no NUL, which no task id holds and ``open`` refuses with ValueError."""
+    if len(value) > TEXT_PARAMETER_CHARS or "\x00" in value:
+        raise RequestError(
+            f"{name} must be at most {TEXT_PARAMETER_CHARS} characters without NUL, not {value[:40]!r}"
+        )
+    return value
 
 
 def _content_type(name: str) -> str:
