@@ -85,3 +85,18 @@ def test_data_path_resolution(tmp_path, monkeypatch):
     monkeypatch.delenv("HOPGYM_DATA")
     with pytest.raises(DataError, match="HOPGYM_DATA is not set"):
         load_fb15k237()
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("²\n/m/a\t0\n", "the first line must be the number of entries"),  # "²".isdigit(), int("²") raises
+        ("9" * 5000 + "\n/m/a\t0\n", "the first line must be the number of entries"),  # past int()'s digits
+        ("1\n/m/a\t²\n", "expected 'name<TAB>id'"),
+        ("1\n/m/a\t" + "0" * 5000 + "\n", "expected 'name<TAB>id'"),
+    ],
+)
+def test_odd_digits_in_an_id_file_are_named_not_raised(tmp_path, text, problem):
+    (tmp_path / "entity2id.txt").write_text(text, encoding="utf-8")
+    with pytest.raises(DataError, match=problem):
+        load_fb15k237(tmp_path)

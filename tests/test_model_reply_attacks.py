@@ -178,3 +178,23 @@ def test_eval_records_each_hostile_reply_as_its_episode_error_and_stays_within_m
     # Uncapped, the endless body alone grows the process by GiBs within its deadline, and the 50 MiB reply
     # by ~390 MiB; capped, each holds at most 64 KiB. The bound leaves room for the run's own objects.
     assert growth_mib < 150, used
+
+
+@pytest.mark.parametrize("declared", ["²", "٣", "9" * 5000])
+def test_an_odd_content_length_is_read_as_digits_or_not_at_all(declared: str) -> None:
+    """``"²".isdigit()`` holds and ``int("²")`` raises; 5,000 digits are past int()'s limit: each is either
+    too large (refused, named) or not a length (the body is counted as it is read), never a ValueError."""
+    import httpx
+
+    from hopgym.agents.model import reply_limit
+    from hopgym.errors import ReplyRefusedError
+
+    # as bytes, as they come off the wire (httpx decodes a header's bytes itself)
+    response = httpx.Response(200, headers=[(b"Content-Length", declared.encode())], content=b"{}")
+    assert response.headers["Content-Length"] == declared
+    with reply_limit.reply_limit(1 << 20):
+        if declared.isascii():
+            with pytest.raises(ReplyRefusedError):
+                reply_limit._cap(response)
+        else:
+            reply_limit._cap(response)

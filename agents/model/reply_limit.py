@@ -70,7 +70,8 @@ def _cap(response: httpx.Response) -> None:
     if max_bytes is None:
         return
     declared = response.headers.get("Content-Length", "")
-    if declared.isdigit() and int(declared) > max_bytes:
+    # ASCII digits only ("²".isdigit() holds, int("²") raises); past 18 digits it is too large unread.
+    if declared.isascii() and declared.isdigit() and (len(declared) > 18 or int(declared) > max_bytes):
         raise _too_large(max_bytes)
     encodings = {value.strip().lower() for value in response.headers.get_list("Content-Encoding", True)}
     if encodings - {"", "identity"}:

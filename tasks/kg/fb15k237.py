@@ -150,7 +150,7 @@ def _read_id_map(path: Path) -> list[str]:
         if not line.strip():
             continue
         name, _, index = line.rpartition("\t")
-        if not name or not index.strip().isdigit() or int(index) >= count or names[int(index)] is not None:
+        if not name or not _is_count(index) or int(index) >= count or names[int(index)] is not None:
             raise DataError(
                 f"{path}:{number}: expected 'name<TAB>id' with a new id below {count}, got {line!r}"
             )
@@ -185,7 +185,13 @@ def _read_id_triples(path: Path) -> list[tuple[int, int, int]]:
     return triples
 
 
+def _is_count(text: str) -> bool:
+    """Whether ``text`` is a count int() reads: ASCII digits ("²".isdigit() holds), at most 18 of them."""
+    text = text.strip()
+    return text.isascii() and text.isdigit() and len(text) <= 18
+
+
 def _count_line(path: Path, lines: list[str]) -> int:
-    if not lines or not lines[0].strip().isdigit():
+    if not lines or not _is_count(lines[0]):
         raise DataError(f"{path}: the first line must be the number of entries")
     return int(lines[0])
