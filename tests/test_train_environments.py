@@ -9,6 +9,7 @@ torch xdist worker (``TORCH_GROUP``), as tests/test_train_grpo.py.
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import json
 import os
 from collections.abc import Iterator, Mapping
@@ -107,6 +108,14 @@ def test_toolhop_tool_schemas_render_through_the_methods_as_the_env_gives_them()
     assert dropped["default"] > 100 and dropped["minimum"] > 0  # left out: the env still validates them
 
 
+@pytest.mark.parametrize("name", ["reset", "get_reward", "record", "_private", "", None])
+def test_a_tool_name_trl_would_not_offer_or_would_shadow_is_refused(name):
+    """TRL skips methods starting with '_' and gives reset and get_reward their own meaning; ``record`` is
+    the instance's episode record: such a tool would be silently lost, so the class is not made."""
+    with pytest.raises(ConfigError, match="cannot be a TRL environment method"):
+        tool_method({"name": name, "description": "d", "parameters": {"type": "object", "properties": {}}})
+
+
 @pytest.fixture
 def toolhop() -> Iterator[EnvironmentSet]:
     env = gym.make("ToolHop-v0")
@@ -159,6 +168,9 @@ def test_each_call_is_one_env_step_with_the_envs_own_classification_and_feedback
     the sandbox; the final answer, delivered by final_answer, is scored by the env; the whole episode
     replays equal through env.step."""
     assert len(toolhop.factories) == 3 and len(toolhop.rows) == 3  # three queries, three tool sets
+    for factory in toolhop.factories.values():  # TRL's tools: the public functions of the class
+        public = {n for n, _ in inspect.getmembers(factory, inspect.isfunction) if not n.startswith("_")}
+        assert public - {"reset", "get_reward"} == {t["function"]["name"] for t in factory._tools}
     row = toolhop.rows[0]
     environment = toolhop.factories[row["environment"]]()
     environment.reset(**row)

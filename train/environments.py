@@ -49,8 +49,8 @@ _SCALARS: Mapping[str, Any] = {
     "array": list,
     "object": dict,
 }
-RESERVED = ("reset", "get_reward")
-"""Method names TRL gives a meaning of its own: no tool may take them."""
+RESERVED = ("reset", "get_reward", "record")
+"""Names no tool may take: TRL's own methods, and the instance's episode record."""
 
 
 def type_hint(schema: Mapping[str, Any]) -> Any:
@@ -233,7 +233,7 @@ class HopgymEnvironment:
     def reset(self, **row: Any) -> None:
         """Start the episode of the row's task on an env of the pool; the prompt is the row's own."""
         self._give_back(healthy=self._error is None)
-        self._error, self._answered = None, False
+        self._error, self._answered, self.record = None, False, None
         env = self._env = self._owner.acquire()
         observation, _ = self._step(env.reset, options={"task_id": row["task_id"]})
         if [dict(tool) for tool in observation["tools"]] != self._tools:
@@ -280,7 +280,9 @@ class HopgymEnvironment:
         )
         if terminated or truncated:
             self._open = False
-            self.record.update(reward=float(reward), ended=True, metrics=info.get("metrics"))
+            self.record["reward"] = float(reward)
+            self.record["ended"] = True
+            self.record["metrics"] = info.get("metrics")
             self.record["correct"] = bool(info["correct"]) if "correct" in info else None
         added = observation["messages"][self._seen + 1 :]  # after the assistant message sent
         self._seen = len(observation["messages"])
