@@ -226,6 +226,30 @@ def test_spent_turns_a_missing_answer_and_too_many_rollouts_fail_loudly(toolhop)
         env.reset(options={"index": 0})
 
 
+def test_an_env_whose_sandbox_died_fails_its_rollout_loudly_and_is_replaced(toolhop):
+    """The sandbox under a held env is closed mid-episode: the call raises (TRL shows the model the error),
+    the final answer is not sent, get_reward raises naming the task and the failure (as the rollout_func
+    path fails the step), the env leaves the pool, and the next rollout gets a new env whose calls run."""
+    row = toolhop.rows[1]
+    environment = toolhop.factories[row["environment"]]()
+    environment.reset(**row)
+    broken = environment._env
+    broken.unwrapped.sandbox.close()
+    tool = getattr(environment, environment._tools[0]["function"]["name"])
+    with pytest.raises(HopgymError, match="sandbox is closed"):
+        tool()
+    final_answer([[{"role": "assistant", "content": "Paris"}]], [environment])
+    with pytest.raises(HopgymError, match=f"episode of {row['task_id']} failed: SandboxError"):
+        environment.get_reward()
+    assert toolhop.held == 0 and broken not in toolhop.rollouts._pool.envs
+    environment.reset(**row)
+    assert environment._env is not broken
+    tool()
+    assert environment.record["turns"][0]["calls"][0]["status"] == "parameter_missing"  # classified anew
+    final_answer([[{"role": "assistant", "content": "Paris"}]], [environment])
+    assert environment.get_reward() == 0.0 and toolhop.episodes[-1]["task_id"] == row["task_id"]
+
+
 def scripted_generation(monkeypatch: pytest.MonkeyPatch, tasks: Mapping[str, Any]) -> None:
     """The first rollout of each ToolHop task (``tasks`` by question) makes its data's gold call, then gives
     the gold answer; every other reply is the model's: the group's rewards differ, and calls are certain."""

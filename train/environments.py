@@ -257,7 +257,7 @@ class HopgymEnvironment:
 
     def _answer(self, text: str) -> None:
         self._answered = True
-        if self._open:
+        if self._open and self._error is None:  # a failed episode is reported by get_reward
             self._act(text, text, well_formed=bool(text.strip()))
 
     def _act(self, action: dict[str, Any] | str, text: str, well_formed: bool) -> list[Mapping[str, Any]]:
