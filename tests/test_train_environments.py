@@ -190,7 +190,7 @@ def test_each_call_is_one_env_step_with_the_envs_own_classification_and_feedback
     assert "not_in_the_schema" in extra and required[0] in missing
     assert [extra, missing, result] == [turn["calls"][0]["feedback"] for turn in record["turns"][:3]]
     assert as_recorded(record) == replayed(record, "ToolHop-v0")
-    assert record["ended"] and record["correct"] is True and toolhop.held == 0
+    assert record["ended"] and record["correct"] is True and toolhop.held == 0 and record["env_seconds"] > 0
 
 
 def test_spent_turns_a_missing_answer_and_too_many_rollouts_fail_loudly(toolhop):

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar, Literal, Union
 
@@ -233,13 +234,7 @@ class HopgymEnvironment:
     def reset(self, **row: Any) -> None:
         """Start the episode of the row's task on an env of the pool; the prompt is the row's own."""
         self._give_back(healthy=self._error is None)
-        self._error, self._answered, self.record = None, False, None
-        env = self._env = self._owner.acquire()
-        observation, _ = self._step(env.reset, options={"task_id": row["task_id"]})
-        if [dict(tool) for tool in observation["tools"]] != self._tools:
-            raise ConfigError(f"task {row['task_id']!r} offers other tools than {type(self).__name__}'s")
-        self._open = True
-        self._seen = len(observation["messages"])
+        self._error, self._answered = None, False
         self.record = {
             "task_id": str(row["task_id"]),
             "turns": [],
@@ -249,6 +244,12 @@ class HopgymEnvironment:
             "metrics": None,
             "env_seconds": 0.0,
         }
+        env = self._env = self._owner.acquire()
+        observation, _ = self._step(env.reset, options={"task_id": row["task_id"]})
+        if [dict(tool) for tool in observation["tools"]] != self._tools:
+            raise ConfigError(f"task {row['task_id']!r} offers other tools than {type(self).__name__}'s")
+        self._open = True
+        self._seen = len(observation["messages"])
 
     def _call(self, name: str, arguments: dict[str, Any]) -> str:
         call = {"type": "function", "function": {"name": name, "arguments": arguments}}
@@ -289,7 +290,9 @@ class HopgymEnvironment:
         return [message for message in added if message.get("role") == "tool"]
 
     def _step(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        """``function`` on the env; a failure other than a bad action leaves the env unhealthy."""
+        """``function`` on the env, timed into the record; a failure other than a bad action leaves the
+        env unhealthy."""
+        started = time.perf_counter()
         try:
             return function(*args, **kwargs)
         except (ActionError, ModelError):
@@ -297,6 +300,9 @@ class HopgymEnvironment:
         except Exception as exc:
             self._error = f"{type(exc).__name__}: {exc}"
             raise
+        finally:
+            if self.record is not None:
+                self.record["env_seconds"] += time.perf_counter() - started
 
     def get_reward(self) -> float:
         """The env's reward of the episode (0.0 when it did not end); the env goes back to the pool."""
