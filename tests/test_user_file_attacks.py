@@ -18,6 +18,14 @@ import pytest
 
 import hopgym  # noqa: F401  (registers the envs)
 from hopgym.errors import DataError
+from hopgym.tasks.kg2tool.generated_tools import (
+    GENERATED_DIR,
+    MODULE_FILE,
+    TOOLS_FILE,
+    read_tools,
+    write_tools,
+)
+from hopgym.tasks.toolhop.official import official_prompt_templates
 from hopgym.tasks.user_files import MAX_USER_FILE_BYTES, read_user_bytes, read_user_text
 from tests.shared_data import DATA, SUBSET, needs_data
 
@@ -129,3 +137,52 @@ def test_hopgym_eval_with_a_fifo_as_data_fails_at_once_naming_it(tmp_path: Path)
     )  # fmt: skip
     assert done.returncode != 0
     assert f"the ToolTasks file {str(fifo)!r} is a FIFO" in done.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_generated_tools_refuse_each_kind_as_tools_json_and_read_a_good_folder(
+    kind: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    (folder / MODULE_FILE).write_text("")
+    _, words = _hostile(kind, folder, TOOLS_FILE)
+    error = _refused_within_guard(lambda: read_tools(folder))
+    assert isinstance(error, DataError) and words in str(error) and "generated tool documents" in str(error)
+    write_tools(read_tools(GENERATED_DIR / "family-e"), tmp_path / "good")
+    assert read_tools(tmp_path / "good") == read_tools(GENERATED_DIR / "family-e")
+
+
+@needs_data("familytool/familykg-e.txt")
+def test_hopgym_tools_check_refuses_a_fifo_in_the_folder_it_compares(tmp_path: Path) -> None:
+    """``hopgym tools generate --check --out DIR`` reads DIR's files: a FIFO there is named, not waited on."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    fifo, _ = _hostile("fifo", folder, TOOLS_FILE)
+    check = [sys.executable, "-m", "hopgym.cli", "tools", "generate", "--kg", "family-e", "--check", "--out"]
+    done = subprocess.run([*check, str(folder)], capture_output=True, text=True, timeout=HANG_GUARD)
+    assert done.returncode == 2, done.stderr
+    assert f"the generated tools file {str(fifo)!r} is a FIFO" in done.stderr
+    fifo.unlink()
+    write_tools(read_tools(GENERATED_DIR / "family-e"), folder)
+    done = subprocess.run([*check, str(folder)], capture_output=True, text=True, timeout=HANG_GUARD)
+    assert done.returncode == 0 and "up to date" in done.stdout, done.stderr
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_official_script_refuses_each_kind(kind: str, tmp_path: Path) -> None:
+    path, words = _hostile(kind, tmp_path, "evaluation_closed.py")
+    error = _refused_within_guard(lambda: official_prompt_templates(path))
+    assert isinstance(error, DataError) and words in str(error) and "official ToolHop script" in str(error)
+
+
+@needs_data("toolhop/official/evaluation_closed.py")
+def test_the_official_script_read_once_is_still_pinned_and_parsed(tmp_path: Path) -> None:
+    """One read gives both the bytes hashed and the bytes parsed: a copy with one byte more is refused by
+    the pin, the real script parses."""
+    real = DATA / "toolhop" / "official" / "evaluation_closed.py"
+    copy = tmp_path / "evaluation_closed.py"
+    copy.write_bytes(real.read_bytes().replace(b"def ", b"def  ", 1))
+    with pytest.raises(DataError, match="not the pinned official script's"):
+        official_prompt_templates(copy)
+    assert official_prompt_templates(real)

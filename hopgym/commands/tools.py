@@ -28,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run_generate(args: argparse.Namespace) -> int:
     from hopgym.tasks.kg2tool.generated_tools import GENERATED_DIR, tools_for_kg, write_tools
+    from hopgym.tasks.user_files import read_user_bytes
 
     out = args.out or GENERATED_DIR / args.kg
     tools = tools_for_kg(args.kg, args.data)
@@ -40,7 +41,8 @@ def run_generate(args: argparse.Namespace) -> int:
         stale = [
             path.name
             for path in write_tools(tools, scratch)
-            if not (out / path.name).exists() or (out / path.name).read_bytes() != path.read_bytes()
+            if not (out / path.name).exists()
+            or read_user_bytes(out / path.name, "generated tools file") != path.read_bytes()
         ]
     if stale:
         raise DataError(f"{out}: {', '.join(stale)} differ from freshly generated tools; run without --check")

@@ -28,6 +28,7 @@ from typing import Any, Literal
 from hopgym.errors import ConfigError, DataError
 from hopgym.messages import ToolSchema, tool_schema
 from hopgym.tasks.kg.graph import KnowledgeGraph
+from hopgym.tasks.user_files import read_user_text
 
 STYLES = ("family", "kg2tool")
 NAME_PATTERN = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -113,8 +114,8 @@ def read_tools(directory: str | Path) -> list[GeneratedTool]:
     """Tools written by :func:`write_tools` (the code of each is cut from ``tools.py`` by name)."""
     folder = Path(directory)
     try:
-        documents = json.loads((folder / TOOLS_FILE).read_text(encoding="utf-8"))
-        module = (folder / MODULE_FILE).read_text(encoding="utf-8")
+        documents = json.loads(read_user_text(folder / TOOLS_FILE, "generated tool documents"))
+        module = read_user_text(folder / MODULE_FILE, "generated tool module")
     except (OSError, json.JSONDecodeError) as exc:
         raise DataError(f"cannot read generated tools in {folder}: {exc}") from exc
     sources = _function_sources(module)

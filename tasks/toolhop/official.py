@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import ast
 import functools
+import hashlib
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from hopgym.errors import DataError
-from hopgym.tasks.toolhop.hub import cache_dir, download_hub_file, sha256_of
-from hopgym.tasks.user_files import read_user_text
+from hopgym.tasks.toolhop.hub import cache_dir, download_hub_file
+from hopgym.tasks.user_files import read_user_bytes
 
 OFFICIAL_FILENAME = "code/evaluation_closed.py"
 OFFICIAL_SHA256 = "1f90588100f48b806dd0744c53ab7f4a9ace19f057c1f4753bae83634baf3424"
@@ -111,12 +112,14 @@ def prompt_templates_from_source(source: str, origin: str) -> dict[str, PromptTe
 @functools.lru_cache(maxsize=4)
 def _templates_of(path: Path, size: int, mtime_ns: int) -> dict[str, PromptTemplate]:
     """``size`` and ``mtime_ns`` are only the cache key (a replaced file is read again)."""
-    digest = sha256_of(path)
+    # Hashed and parsed from one read: a file swapped after the check cannot get its code parsed.
+    source = read_user_bytes(path, "official ToolHop script")
+    digest = hashlib.sha256(source).hexdigest()
     if digest != OFFICIAL_SHA256:
         raise DataError(
             f"{str(path)!r} has sha256 {digest}, not the pinned official script's {OFFICIAL_SHA256}"
         )
-    return prompt_templates_from_source(read_user_text(path, "official ToolHop script"), str(path))
+    return prompt_templates_from_source(source.decode("utf-8"), str(path))
 
 
 def official_prompt_templates(path: Path | None = None) -> dict[str, PromptTemplate]:
