@@ -60,10 +60,11 @@ def _describe(parser: argparse.ArgumentParser) -> None:
     the command sets no longer description."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            summaries = {choice.dest: choice.help for choice in action._choices_actions}
+            summaries = {choice.dest: choice.help or "" for choice in action._choices_actions}
             for name, subparser in action.choices.items():
-                if not subparser.description and summaries.get(name):
-                    subparser.description = f"{summaries[name][0].upper()}{summaries[name][1:]}."
+                summary = summaries.get(name, "")
+                if not subparser.description and summary:
+                    subparser.description = f"{summary[0].upper()}{summary[1:]}."
                 _describe(subparser)
 
 
