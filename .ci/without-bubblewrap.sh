@@ -23,10 +23,16 @@ trap 'rm -rf "$bin" "$report"' EXIT
 status=0
 env -u CI PATH="$bin" DOCKER_HOST=unix:///nonexistent/docker.sock \
     .venv/bin/python -m pytest -q -n 3 -p no:cacheprovider -rs "${files[@]}" >"$report" 2>&1 || status=$?
-tail -n 25 "$report"
 if ((status != 0)); then
+    cat "$report"
     echo "without bubblewrap: pytest exited $status (a test failed where a new user's machine lacks bwrap)" >&2
     exit 1
 fi
+grep -E '^SKIPPED|passed' "$report"  # every skip (what this check is about) and the count
 grep -q "SKIPPED.*apt-get install bubblewrap" "$report" \
     || { echo "without bubblewrap: no test skipped naming bubblewrap; the check ran nothing that needs it" >&2; exit 1; }
+# A skip that names bubblewrap's program but not how to install it leaves a new user guessing.
+if grep -E '^SKIPPED.*(bwrap|bubblewrap)' "$report" | grep -v 'apt-get install bubblewrap (make system-deps'; then
+    echo "without bubblewrap: the skips above name bwrap but not 'apt-get install bubblewrap (make system-deps'" >&2
+    exit 1
+fi

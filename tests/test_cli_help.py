@@ -38,6 +38,8 @@ def test_every_command_says_what_it_does_in_plain_text() -> None:
         assert summary.strip(), f"{name} --help has no description of what the command does"
     top = build_parser().format_help()
     assert "dispatcher" not in top and "module" not in top
+    for name in ("hopgym", "hopgym eval", "hopgym train grpo", "hopgym serve vllm"):  # the first commands run
+        assert "example" in (parsers[name].description or "").lower(), f"{name} --help shows no example"
 
 
 @pytest.mark.parametrize(
@@ -67,18 +69,22 @@ def test_what_looks_like_a_path(model: str, path_like: bool, tmp_path: Path, mon
         ["train", "sft", "--model", "./missing-folder", "--out", "out"],
         ["eval", "--env", "ToolHop-v0", "--model", "runs/sft", "--out", "out"],
         ["construct", "--input", "rows.jsonl", "--model", "/nonexistent/model.gguf", "--out", "out.json"],
+        ["ablate", "feedback", "--env", "ToolHop-v0", "--model", "~/no-such-model", "--out", "out"],
+        ["serve", "vllm", "--model", "runs/sft"],
     ],
-    ids=["train-grpo", "train-sft", "eval", "construct"],
+    ids=["train-grpo", "train-sft", "eval", "construct", "ablate", "serve-vllm"],
 )
 def test_a_missing_model_path_is_refused_at_once_naming_it(command: list[str], tmp_path: Path) -> None:
     """The README's GRPO command before its warm start: no hub retries, an error naming the folder."""
     (tmp_path / "runs").mkdir()  # as after `make demo` (runs/demo)
+    missing = command[command.index("--model") + 1]
+    if command[:2] == ["serve", "vllm"]:  # MODEL is positional there
+        command.remove("--model")
     environment = {**os.environ, "HF_HUB_OFFLINE": "0"}
     done = subprocess.run(
         [sys.executable, "-m", "hopgym.cli", *command],
         cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
-    missing = command[command.index("--model") + 1]
     assert done.returncode == 2, done.stderr
     assert f"no such file or folder: {missing!r}" in done.stderr
     assert "a folder hopgym wrote" in done.stderr and "'local'" in done.stderr

@@ -312,6 +312,21 @@ def _train_arguments(model: Path, out: Path, *extra: str) -> list[str]:
     ]  # fmt: skip
 
 
+def test_a_model_that_is_no_folder_here_and_no_hub_id_is_named_as_both(tmp_path):
+    """runs/sft where no runs/ exists (so --model takes it for a hub id): the error names the folder it looked
+    for, not only the hub's connection trouble. Offline, so the hub's answer is immediate and the same."""
+    script = "from hopgym.train.model import load_tokenizer; load_tokenizer('runs/sft')"
+    environment = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=tmp_path, env=environment, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    missing = tmp_path / "runs" / "sft"
+    assert done.returncode == 1
+    assert f"ConfigError: cannot load model 'runs/sft': {missing} is not a folder" in done.stderr
+    assert "a model is a folder hopgym wrote" in done.stderr
+
+
 def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(tmp_path, tiny_model, capsys):
     """SIGKILL to ``hopgym train grpo`` once checkpoint-1 is complete (mid step 2, or mid its checkpoint):
     ``--resume`` continues from the last complete checkpoint; the log holds steps 1..4 once each, step 1's

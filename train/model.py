@@ -165,7 +165,18 @@ def load_tokenizer(model: str) -> Any:
     """The tokenizer of ``model``, ready for tool-calling rollouts (see :func:`prepare_tokenizer`)."""
     from transformers import AutoTokenizer
 
-    return prepare_tokenizer(AutoTokenizer.from_pretrained(model_source(model), trust_remote_code=False))
+    source = model_source(model)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(source, trust_remote_code=False)
+    except OSError as exc:  # not a folder here, and the hub has no such id or cannot be reached
+        if Path(source).is_dir():
+            raise
+        raise ConfigError(
+            f"cannot load model {model!r}: {Path(source).absolute()} is not a folder, and as a hub id: "
+            f"{exc}; "
+            "a model is a folder hopgym wrote (train sft / grpo --out), a hub id, a .gguf file or 'local'"
+        ) from exc
+    return prepare_tokenizer(tokenizer)
 
 
 def load_model(model: str) -> Any:

@@ -15,8 +15,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
         "eval",
         help="evaluate an agent and a model on an env's tasks",
-        description="Runs episodes concurrently, appends one JSON line per finished episode to "
-        "OUT/episodes.jsonl, and writes OUT/summary.json and OUT/summary.md.",
+        description="Plays an agent driven by a model through an env's tasks, every tool call in the "
+        "sandbox, and scores each episode. Appends one JSON line per finished episode to OUT/episodes.jsonl "
+        "and writes OUT/summary.json and OUT/summary.md (hopgym report and hopgym view read them). "
+        "Example: hopgym eval --env ToolHop-v0 --model local --limit 3 --out runs/first",
     )
     add_eval_arguments(parser)
     parser.set_defaults(func=run)

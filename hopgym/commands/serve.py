@@ -13,6 +13,7 @@ import sys
 import time
 
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from
+from hopgym.commands.model_arguments import model_argument
 from hopgym.errors import ConfigError, ModelError
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
@@ -43,8 +44,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     local.set_defaults(func=serve_local)
 
-    vllm = servers.add_parser("vllm", help="vllm serve MODEL with automatic tool choice")
-    vllm.add_argument("model", help="Hugging Face model id or path")
+    vllm = servers.add_parser(
+        "vllm",
+        help="vLLM's OpenAI-compatible server for MODEL, with automatic tool choice",
+        description="Starts `vllm serve MODEL` with automatic tool choice and the tool-call parser of the "
+        "model's family, prints the --model and --api-base to pass to hopgym eval, and waits until stopped. "
+        "Example: hopgym serve vllm Qwen/Qwen2.5-7B-Instruct",
+    )
+    vllm.add_argument("model", type=model_argument, help="Hugging Face model id or local folder")
     vllm.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     vllm.add_argument("--tool-call-parser", help="override the parser chosen from the model family")
     vllm.add_argument(

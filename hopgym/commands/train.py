@@ -22,8 +22,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     grpo = actions.add_parser(
         "grpo",
         help="GRPO: each completion is an env episode; its calls run in the sandbox",
-        description="Writes OUT/run.json, OUT/steps.jsonl (one line per step: reward, loss, call statuses, "
-        "episodes), OUT/checkpoint-N/ and OUT/reward.png. On a GPU, --vllm generates with TRL's vLLM.",
+        description="Trains MODEL with GRPO (TRL) on an env's rewards: each sampled completion is played as "
+        "an episode whose tool calls run in the sandbox. Writes OUT/run.json, OUT/steps.jsonl (one line per "
+        "step: reward, loss, call statuses, episodes), OUT/checkpoint-N/ and OUT/reward.png. On a GPU, "
+        "--vllm generates with TRL's vLLM. Example (after train sft --out runs/sft): "
+        "hopgym train grpo --model runs/sft --env KGTool-v0 --max-steps 30 --out runs/train",
     )
     add_env_arguments(grpo, default_env=defaults.env_id)
     grpo.add_argument("--limit", type=int, help="train on the first N tasks")
