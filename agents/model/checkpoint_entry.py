@@ -11,6 +11,7 @@ over the cores. Run as ``python -m hopgym.agents.model.checkpoint_entry --model 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import threading
 import time
@@ -44,10 +45,8 @@ def _decoded_call(call: dict[str, Any]) -> dict[str, Any]:
     function = dict(call.get("function") or {})
     arguments = function.get("arguments")
     if isinstance(arguments, str):
-        try:
+        with contextlib.suppress(json.JSONDecodeError):  # else shown as the model wrote it
             function["arguments"] = json.loads(arguments)
-        except json.JSONDecodeError:
-            pass  # shown as the model wrote it
     return {**call, "function": function}
 
 
@@ -96,7 +95,11 @@ class CheckpointModel:
         temperature = float(body.get("temperature") or 0.0)
         sampling: dict[str, Any] = {"do_sample": False}
         if temperature > 0:
-            sampling = {"do_sample": True, "temperature": temperature, "top_p": float(body.get("top_p") or 1.0)}
+            sampling = {
+                "do_sample": True,
+                "temperature": temperature,
+                "top_p": float(body.get("top_p") or 1.0),
+            }
             if body.get("seed") is not None:
                 torch.manual_seed(int(body["seed"]))
         with self._lock, torch.inference_mode():
@@ -163,7 +166,7 @@ def handler_for(model: CheckpointModel) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        def log_message(self, format: str, *args: Any) -> None:
             pass  # a line per request would fill the kept log; failures are logged by the client
 
     return Handler

@@ -13,15 +13,13 @@ from hopgym.agents.model.local_server import threads_from_environment
 from hopgym.agents.model.server_process import ServerProcess
 from hopgym.errors import ConfigError
 
-CHECKPOINT_MODEL_NAME = "checkpoint"
-"""The name the server answers to; the run records the folder itself as its model."""
 INSTALL_HINT = "pip install 'hopgym[train]' (torch, transformers and TRL read a checkpoint as training does)"
 
 
 def checkpoint_server_command(folder: Path, port: int, threads: int | None = None) -> list[str]:
     """The command line of the checkpoint server for the model in ``folder`` on 127.0.0.1."""
     command = [sys.executable, "-m", "hopgym.agents.model.checkpoint_entry", "--model", str(folder)]
-    command += ["--name", CHECKPOINT_MODEL_NAME, "--port", str(port)]
+    command += ["--name", served_name(folder), "--port", str(port)]
     return [*command, "--threads", str(threads)] if threads else command
 
 
@@ -40,10 +38,16 @@ def checkpoint_server(
         lambda free: checkpoint_server_command(model, free, threads),
         port,
         startup_timeout,
-        check_model=CHECKPOINT_MODEL_NAME,
+        check_model=served_name(model),
     )
 
 
-def checkpoint_model_string() -> str:
-    """The litellm provider string for the checkpoint server (it speaks the OpenAI API)."""
-    return f"openai/{CHECKPOINT_MODEL_NAME}"
+def served_name(folder: Path) -> str:
+    """The name the server answers to: the model folder's absolute path, so the run records which
+    checkpoint it evaluated (a train folder's is its newest ``checkpoint-N``)."""
+    return str(folder.resolve())
+
+
+def checkpoint_model_string(folder: Path) -> str:
+    """The litellm provider string for the checkpoint server of the model ``folder`` names."""
+    return f"openai/{served_name(checkpoint_model(folder))}"

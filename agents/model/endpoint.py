@@ -74,7 +74,7 @@ def _checkpoint_endpoint(
 
     with checkpoint_server(folder) as server:
         yield {
-            "model": checkpoint_model_string(),
+            "model": checkpoint_model_string(folder),
             "api_base": server.api_base,
             "api_key": "sk-local",
             "max_tokens": max_tokens or DEFAULT_LOCAL_MAX_TOKENS,
