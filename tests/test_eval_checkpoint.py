@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import re
 from pathlib import Path
 
 import gymnasium as gym
@@ -217,3 +218,58 @@ def test_a_training_completion_read_by_the_eval_path_makes_the_same_action():
     finally:
         env.close()
         rollout.close()
+
+
+@needs_torch
+@pytest.mark.xdist_group(TORCH_GROUP)
+def test_a_folder_whose_model_cannot_load_fails_the_run_with_the_server_log(tmp_path, capsys, caplog):
+    """A folder that looks like a model but is none: the server exits before it is ready, the run fails
+    with a typed error naming the exit and the log's tail, and the log is kept on disk."""
+    broken = _model_folder(tmp_path / "broken")
+    code = main(
+        ["eval", "--env", "KGTool-v0", "--model", str(broken), "--limit", "1", "--out", str(tmp_path / "r")]
+    )
+    error = capsys.readouterr().err
+    assert code != 0 and "checkpoint-server exited with code 1 before it was ready" in error
+    log = Path(re.search(r"the end of (/\S+\.log)", error).group(1))
+    assert log.is_file() and "Traceback" in log.read_text()
+    log.unlink()
+
+
+@needs_torch
+@pytest.mark.xdist_group(TORCH_GROUP)
+def test_the_checkpoint_server_refuses_bad_requests_and_keeps_answering(sft_folder):
+    """Malformed, oversized and misrouted requests get 4xx answers naming the problem; the server still
+    answers a valid request afterwards, OpenAI-shaped, capped at its max_tokens."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    from hopgym.agents.model.checkpoint_server import checkpoint_server
+
+    def post(path: str, data: bytes) -> tuple[int, dict]:
+        request = urllib.request.Request(
+            f"{server.api_base}{path}", data=data, headers={"Content-Type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=120) as response:
+                return response.status, json.load(response)
+        except urllib.error.HTTPError as refused:
+            return refused.code, json.load(refused)
+
+    with checkpoint_server(sft_folder) as server:
+        assert post("/chat/completions", b"not json")[0] == 400
+        status, answer = post("/chat/completions", json.dumps({"messages": "hi"}).encode())
+        assert status == 400 and "list of messages" in answer["error"]["message"]
+        assert post("/completions", b"{}")[0] == 404
+        claimed = http.client.HTTPConnection(server.api_base.split("//")[1].split("/")[0], timeout=60)
+        claimed.putrequest("POST", "/v1/chat/completions")
+        claimed.putheader("Content-Length", str(17 * 1024 * 1024))  # refused before a byte is read
+        claimed.endheaders()
+        assert claimed.getresponse().status == 413
+        claimed.close()
+        body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
+        status, answer = post("/chat/completions", json.dumps(body).encode())
+        assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"
+        assert answer["usage"]["completion_tokens"] <= 3 and answer["usage"]["prompt_tokens"] > 0
+        assert server.failure() is None

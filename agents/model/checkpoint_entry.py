@@ -144,8 +144,10 @@ def handler_for(model: CheckpointModel) -> type[BaseHTTPRequestHandler]:
             if self.path.rstrip("/") != "/v1/chat/completions":
                 self._send(404, {"error": {"message": f"no such path {self.path}; try /v1/chat/completions"}})
                 return
-            length = int(self.headers.get("Content-Length") or 0)
+            declared = self.headers.get("Content-Length") or "0"
+            length = int(declared) if declared.isdigit() else 0
             if not 0 < length <= MAX_BODY_BYTES:
+                self.close_connection = True  # the unread body must not be taken for the next request
                 self._send(413, {"error": {"message": f"a body of {length} bytes; 1 to {MAX_BODY_BYTES}"}})
                 return
             try:
