@@ -268,6 +268,13 @@ def test_the_checkpoint_server_refuses_bad_requests_and_keeps_answering(sft_fold
         claimed.endheaders()
         assert claimed.getresponse().status == 413
         claimed.close()
+        for declared in ("²", "9" * 5000):  # not ASCII digits; past int()'s limit: refused, not raised
+            odd = http.client.HTTPConnection(server.api_base.split("//")[1].split("/")[0], timeout=60)
+            odd.putrequest("POST", "/v1/chat/completions")
+            odd.putheader("Content-Length", declared)
+            odd.endheaders()
+            assert odd.getresponse().status == 413
+            odd.close()
         body = {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 3}
         status, answer = post("/chat/completions", json.dumps(body).encode())
         assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"

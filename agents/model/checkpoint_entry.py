@@ -73,8 +73,10 @@ class CheckpointModel:
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.name = name
-        self.tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(folder))
-        self.model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32).eval()
+        self.tokenizer = prepare_tokenizer(AutoTokenizer.from_pretrained(folder, trust_remote_code=False))
+        self.model = AutoModelForCausalLM.from_pretrained(  # a folder is user input: weights, no code
+            folder, dtype=torch.float32, use_safetensors=True, trust_remote_code=False
+        ).eval()
         self._lock = threading.Lock()
 
     def complete(self, body: dict[str, Any]) -> dict[str, Any]:
@@ -145,7 +147,7 @@ def handler_for(model: CheckpointModel) -> type[BaseHTTPRequestHandler]:
                 self._send(404, {"error": {"message": f"no such path {self.path}; try /v1/chat/completions"}})
                 return
             declared = self.headers.get("Content-Length") or "0"
-            length = int(declared) if declared.isdigit() else 0
+            length = int(declared) if declared.isascii() and declared.isdigit() and len(declared) < 12 else 0
             if not 0 < length <= MAX_BODY_BYTES:
                 self.close_connection = True  # the unread body must not be taken for the next request
                 self._send(413, {"error": {"message": f"a body of {length} bytes; 1 to {MAX_BODY_BYTES}"}})
