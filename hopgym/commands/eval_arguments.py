@@ -23,7 +23,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         type=model_argument,
         required=True,
         help="litellm provider string (e.g. hosted_vllm/Qwen/Qwen2.5-7B-Instruct, openai/gpt-4o), "
-        "or 'local' to start the embedded SmolLM2 server",
+        "'local' to start the embedded SmolLM2 server, or an existing folder to serve a trained model on "
+        "CPU, read as training reads it: a model folder (config.json and a tokenizer: what 'train sft' "
+        "writes, or a 'checkpoint-N' inside a train folder) or a 'train grpo' folder (its newest "
+        "checkpoint-N: its final model)",
     )
     parser.add_argument(
         "--api-base",

@@ -74,11 +74,11 @@ def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManage
 
 
 def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY) -> int:
-    """``--concurrency``, else ``default``, or for the local model ``LOCAL_CONCURRENCY`` (its one llama
-    context serves one conversation well; concurrent ones evict each other's prompt cache)."""
+    """``--concurrency``, else ``default``, or for the local model or a checkpoint folder
+    ``LOCAL_CONCURRENCY`` (their servers compute one request at a time)."""
     if args.concurrency is not None:
         return args.concurrency
-    if args.model == "local":
+    if args.model == "local" or Path(args.model).is_dir():  # one request at a time on this machine
         from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 
         return LOCAL_CONCURRENCY
