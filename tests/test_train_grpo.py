@@ -214,8 +214,11 @@ def _tamper_extra_file(folder: Path) -> None:
 
 
 def _tamper_bytes(folder: Path) -> None:
+    """Flip the first byte's bits (writing a fixed byte left random weights unchanged once in 256 runs)."""
     with (folder / "model.safetensors").open("r+b") as stream:
-        stream.write(b"X")
+        first = stream.read(1)[0]
+        stream.seek(0)
+        stream.write(bytes([first ^ 0xFF]))
 
 
 def _tamper_auto_map_recorded(folder: Path) -> None:
