@@ -105,16 +105,19 @@ def sft_folder(tmp_path_factory):
 
 @needs_torch
 @pytest.mark.xdist_group(TORCH_GROUP)
-def test_hopgym_eval_runs_a_train_sft_folder_on_cpu_with_the_training_prompt(tmp_path, sft_folder):
+def test_hopgym_eval_runs_a_train_sft_folder_on_cpu_with_the_training_prompt(tmp_path, sft_folder, capsys):
     """The run folder records both episodes, played through the real env and sandbox, under the served
     folder's path; each first request's prompt is the training prompt token for token (its length is the
-    server's prompt token count)."""
+    server's prompt token count). The two tasks are the two the warm start trained on: the summary says so."""
     from hopgym.train.model import load_tokenizer
 
     out = tmp_path / "run"
     env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
     arguments = ["eval", "--env", "KGTool-v0", *env_args, "--model", str(sft_folder), "--limit", "2"]
     assert main([*arguments, "--max-tokens", "4", "--out", str(out)]) == 0
+    trained_on = "2 of the 2 evaluated KGTool-v0 task(s) are tasks the model was trained on"
+    assert trained_on in capsys.readouterr().err
+    assert json.loads((out / "summary.json").read_text())["warnings"][0].startswith(trained_on)
     run = json.loads((out / "run.json").read_text())
     assert str(sft_folder.resolve()) in json.dumps(run)
     episodes = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]

@@ -4,8 +4,9 @@ run.json, kept by ``hopgym rescore``). The record is untrusted input: a link, a 
 malformed file is refused with an error naming it, before any episode runs, and a good record then works.
 
 The eval runs the CLI end to end against a scripted model server whose litellm name, ``openai/scripted``,
-is also a folder in the working directory that holds the record: what ``--model FOLDER`` of a trained model
-reads (the checkpoint server that makes such a folder a model is not part of this test)."""
+is also a folder in the working directory that holds the record: ``--model FOLDER --api-base URL``, a trained
+model served elsewhere (vLLM on a GPU machine, say) under its folder's name. Without ``--api-base`` such a
+folder is served by hopgym's checkpoint server (tests/test_eval_checkpoint.py)."""
 
 from __future__ import annotations
 

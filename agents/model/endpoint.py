@@ -1,6 +1,7 @@
 """The model server a run talks to: the one the caller names, the embedded local server (``model`` is
-``"local"``) or the checkpoint server (``model`` is an existing folder: a trained model), started for the
-run's duration. Both come out as
+``"local"``) or the checkpoint server (``model`` is an existing folder, a trained model, and no server is
+named: with ``api_base`` the folder is the name the caller's server knows it by, e.g. vLLM serving it),
+started for the run's duration. Both come out as
 :class:`~hopgym.agents.model.client.ModelConfig` fields, with the timeout and reply cap that suit the
 server."""
 
@@ -37,7 +38,7 @@ def model_endpoint(
             "--model local serves this machine only; with --executor ray pass --model and --api-base of "
             "a model server every node can reach"
         )
-    if model != "local" and Path(model).is_dir():
+    if model != "local" and api_base is None and Path(model).is_dir():
         yield from _checkpoint_endpoint(Path(model), max_tokens, timeout, executor)
         return
     if model != "local":

@@ -26,7 +26,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
         "'local' to start the embedded SmolLM2 server, or an existing folder to serve a trained model on "
         "CPU, read as training reads it: a model folder (config.json and a tokenizer: what 'train sft' "
         "writes, or a 'checkpoint-N' inside a train folder) or a 'train grpo' folder (its newest "
-        "checkpoint-N: its final model)",
+        "checkpoint-N: its final model); with --api-base a folder names the model that server serves "
+        "(e.g. vLLM serving the checkpoint), and its training record still applies",
     )
     parser.add_argument(
         "--api-base",
