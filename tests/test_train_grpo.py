@@ -38,6 +38,7 @@ from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from tests.extras import TORCH_GROUP  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
+from tests.tiny_model import save_tiny_model  # noqa: E402
 
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
@@ -282,28 +283,7 @@ def test_a_link_at_the_converted_models_path_is_not_followed(tmp_path):
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
     """A 2-layer Llama with random weights and SmolLM2's tokenizer: trains and checkpoints in seconds."""
-    import torch
-    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-    from hopgym.train.model import model_source
-
-    tokenizer = AutoTokenizer.from_pretrained(model_source("local"))
-    config = LlamaConfig(
-        vocab_size=len(tokenizer),
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
-        num_attention_heads=2,
-        num_key_value_heads=2,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        tie_word_embeddings=True,
-    )
-    torch.manual_seed(0)
-    folder = tmp_path_factory.mktemp("tiny-model")
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def _train_arguments(model: Path, out: Path, *extra: str) -> list[str]:

@@ -39,7 +39,7 @@ import gymnasium as gym
 from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
 from hopgym.train.dataset import select_tasks, task_rows
-from hopgym.train.rollout import TrainEpisode, check_env
+from hopgym.train.rollout import TrainEpisode, check_env, unended_episode
 
 _SCALARS: Mapping[str, Any] = {
     "string": str,
@@ -235,15 +235,7 @@ class HopgymEnvironment:
         """Start the episode of the row's task on an env of the pool; the prompt is the row's own."""
         self._give_back(healthy=self._error is None)
         self._error, self._answered = None, False
-        self.record = {
-            "task_id": str(row["task_id"]),
-            "turns": [],
-            "reward": 0.0,
-            "ended": False,
-            "correct": None,
-            "metrics": None,
-            "env_seconds": 0.0,
-        }
+        self.record = unended_episode(str(row["task_id"]))
         env = self._env = self._owner.acquire()
         observation, _ = self._step(env.reset, options={"task_id": row["task_id"]})
         if [dict(tool) for tool in observation["tools"]] != self._tools:

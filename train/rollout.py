@@ -89,6 +89,19 @@ class TrainEpisode(TypedDict):
     """Wall time spent in ``env.reset`` and ``env.step`` (sandboxed calls included)."""
 
 
+def unended_episode(task_id: str) -> TrainEpisode:
+    """The record of an episode of ``task_id`` before its first turn: nothing played, nothing ended."""
+    return {
+        "task_id": task_id,
+        "turns": [],
+        "reward": 0.0,
+        "ended": False,
+        "correct": None,
+        "metrics": None,
+        "env_seconds": 0.0,
+    }
+
+
 class _OutOfTokens(ModelError):
     """The completion's token budget cannot hold the env's reply and an answer: the episode stops unended
     (a model error to :class:`Rollouts`, which keeps the env)."""
@@ -231,15 +244,7 @@ class _Episode:
         self.pending: tuple[str, dict[str, Any] | str, bool] | None = None
         """The last turn sent to the env: text, action, well formed."""
         self.policy_seconds = 0.0
-        self.record: TrainEpisode = {
-            "task_id": task_id,
-            "turns": [],
-            "reward": 0.0,
-            "ended": False,
-            "correct": None,
-            "metrics": None,
-            "env_seconds": 0.0,
-        }
+        self.record = unended_episode(task_id)
 
     async def __call__(self, observation: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any] | str:
         started = time.perf_counter()
