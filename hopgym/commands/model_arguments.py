@@ -78,7 +78,7 @@ def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY)
     ``LOCAL_CONCURRENCY`` (their servers compute one request at a time)."""
     if args.concurrency is not None:
         return args.concurrency
-    serves_here = args.model == "local" or (not args.api_base and Path(args.model).is_dir())
+    serves_here = args.model == "local" or (not getattr(args, "api_base", None) and Path(args.model).is_dir())
     if serves_here:  # one request at a time on this machine
         from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 
