@@ -9,9 +9,9 @@ generation tokens/s (a ``--tokens`` request on the same prompt, less the one-tok
 llama.cpp's prompt cache and transformers' recomputation are both taken out), over the first turn of
 ``--tasks`` KGTool-v0 tasks; then the tokens/s of ``--tasks`` such requests sent at once (the checkpoint
 server generates them as one batch, llama.cpp's one slot takes them in turn), and episodes/minute of
-``hopgym eval --concurrency 1`` on those tasks (the run folder's episode latencies). Both servers run with ``HOPGYM_LOCAL_THREADS`` threads (default 1: on a shared machine
-more threads spin against other processes; agents/model/local_server.py). Wall seconds: on a busy machine
-the ratio is the point.
+``hopgym eval --concurrency 1`` on those tasks (the run folder's episode latencies). Both servers run with
+``HOPGYM_LOCAL_THREADS`` threads (default 1: on a shared machine more threads spin against other
+processes; agents/model/local_server.py). Wall seconds: on a busy machine the ratio is the point.
 
 Usage: ``HOPGYM_DATA=../shared/data python benchmarks/bench_checkpoint.py [--tasks 3] [--tokens 32]
 [--out FILE]``

@@ -40,7 +40,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--concurrency",
         type=int,
-        help="episodes run at once, per node with ray (default: 8; 1 for the local model, 8 for a checkpoint folder)",
+        help="episodes run at once, per node with ray (default: 8; 1 for the local model)",
     )
     parser.add_argument(
         "--executor",
