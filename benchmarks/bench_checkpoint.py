@@ -7,10 +7,11 @@ checkpoints of.
 Per engine, in one run: prompt tokens/s (a one-token request on a prompt the server has not seen),
 generation tokens/s (a ``--tokens`` request on the same prompt, less the one-token request's time, so
 llama.cpp's prompt cache and transformers' recomputation are both taken out), over the first turn of
-``--tasks`` KGTool-v0 tasks; then episodes/minute of ``hopgym eval`` on those tasks (the run folder's
-episode latencies). Both servers run with ``HOPGYM_LOCAL_THREADS`` threads (default 1: on a shared machine
-more threads spin against other processes; agents/model/local_server.py). Wall seconds: on a busy machine
-the ratio is the point.
+``--tasks`` KGTool-v0 tasks; then the tokens/s of ``--tasks`` such requests sent at once (the checkpoint
+server generates them as one batch, llama.cpp's one slot takes them in turn), and episodes/minute of
+``hopgym eval --concurrency 1`` on those tasks (the run folder's episode latencies). Both servers run with
+``HOPGYM_LOCAL_THREADS`` threads (default 1: on a shared machine more threads spin against other
+processes; agents/model/local_server.py). Wall seconds: on a busy machine the ratio is the point.
 
 Usage: ``HOPGYM_DATA=../shared/data python benchmarks/bench_checkpoint.py [--tasks 3] [--tokens 32]
 [--out FILE]``
@@ -85,11 +86,23 @@ def token_rates(server: ServerProcess, model: str, bodies: list[dict[str, Any]],
     }
 
 
+def concurrent_rate(server: ServerProcess, model: str, bodies: list[dict[str, Any]], tokens: int) -> dict:
+    """Completion tokens/s with every body sent at once: what ``hopgym eval --concurrency N`` gets."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    started = time.perf_counter()
+    with ThreadPoolExecutor(len(bodies)) as pool:
+        usages = list(pool.map(lambda body: timed_request(server, model, body, tokens)[1], bodies))
+    seconds = time.perf_counter() - started
+    return {"concurrent_generated_tokens_per_s": sum(u["completion_tokens"] for u in usages) / seconds}
+
+
 def episodes_per_minute(model: str, tasks: int, tokens: int) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
         command = [sys.executable, "-m", "hopgym.cli", "eval", "--env", "KGTool-v0", *env_args]
         command += ["--model", model, "--limit", str(tasks), "--max-tokens", str(tokens), "--out", tmp]
+        command += ["--concurrency", "1"]  # episode latencies add up to the run's time
         subprocess.run(command, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         episodes = [json.loads(line) for line in (Path(tmp) / "episodes.jsonl").read_text().splitlines()]
     seconds = sum(episode["latency_ms"] for episode in episodes) / 1000
@@ -121,8 +134,10 @@ def main() -> None:
         with server:
             figures[name] = {"startup_s": time.perf_counter() - started}
             figures[name].update(token_rates(server, model, bodies, args.tokens))
+            figures[name].update(concurrent_rate(server, model, bodies, args.tokens))
         figures[name].update(episodes_per_minute(argument, args.tasks, args.tokens))
-    for key in ("prompt_tokens_per_s", "generated_tokens_per_s", "episodes_per_minute"):
+    rates = ("prompt_tokens_per_s", "generated_tokens_per_s", "concurrent_generated_tokens_per_s")
+    for key in (*rates, "episodes_per_minute"):
         if figures["transformers"][key] and figures["llama_cpp_f16"][key]:
             figures[f"llama_cpp_over_transformers_{key}"] = (
                 figures["llama_cpp_f16"][key] / figures["transformers"][key]

@@ -265,3 +265,100 @@ def test_the_checkpoint_server_refuses_bad_requests_and_keeps_answering(sft_fold
         assert status == 200 and answer["choices"][0]["message"]["role"] == "assistant"
         assert answer["usage"]["completion_tokens"] <= 3 and answer["usage"]["prompt_tokens"] > 0
         assert server.failure() is None
+
+
+def _complete_together(model, bodies: list[dict]) -> list[dict]:
+    """``model.complete`` of every body, one thread each, all waiting before any is generated: a sampled
+    request (always generated alone) holds the generation loop until the others wait, so no verdict
+    depends on thread timing."""
+    import threading
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    generate, holding = model.model.generate, threading.Event()
+
+    def held(input_ids, **options):
+        holding.set()
+        deadline = time.monotonic() + 120
+        while len(model._waiting) < len(bodies) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        model.model.generate = generate
+        return generate(input_ids, **options)
+
+    model.model.generate = held
+    holder = {"messages": [{"role": "user", "content": "wait"}], "max_tokens": 1, "temperature": 1.0}
+    with ThreadPoolExecutor(len(bodies) + 1) as pool:
+        held_reply = pool.submit(model.complete, holder)
+        assert holding.wait(120)
+        answers = list(pool.map(model.complete, bodies))
+        held_reply.result()
+    return answers
+
+
+def _recording_batches(model) -> list[int]:
+    """Make ``model.model.generate`` record each call's batch size; return the record."""
+    sizes: list[int] = []
+    generate = model.model.generate
+
+    def recorded(input_ids, **options):
+        sizes.append(len(input_ids))
+        return generate(input_ids, **options)
+
+    model.model.generate = recorded
+    return sizes
+
+
+@needs_torch
+@pytest.mark.xdist_group(TORCH_GROUP)
+def test_greedy_requests_sent_together_are_one_batch_and_each_gets_its_reply_alone(sft_folder):
+    """Four greedy requests of different prompt lengths and limits, sent at once, are generated as one
+    left-padded batch, and each reply (ids, text, finish reason) equals what that request gets alone."""
+    from hopgym.agents.model.checkpoint_entry import CheckpointModel
+
+    questions = ["Hi", "Who is the father of Anna?", "Name a tool.", "What is two plus two, in words please?"]
+    bodies = [
+        {"messages": [{"role": "user", "content": question}], "max_tokens": limit}
+        for question, limit in zip(questions, (3, 12, 7, 12), strict=True)
+    ]
+    alone = CheckpointModel(str(sft_folder), "alone", max_batch=1)
+    together = CheckpointModel(str(sft_folder), "together", max_batch=8)
+    sizes = _recording_batches(together)
+    expected = [alone.complete(body)["choices"] for body in bodies]
+    answers = _complete_together(together, bodies)
+    assert sizes == [1, 4]  # the holder, then the four
+    assert [answer["choices"] for answer in answers] == expected
+    assert [a["usage"]["completion_tokens"] for a in answers] <= [3, 12, 7, 12]
+
+
+@needs_torch
+@pytest.mark.xdist_group(TORCH_GROUP)
+def test_a_sampled_request_is_generated_alone_and_a_failed_batch_fails_only_its_requests(sft_folder):
+    """A sampled request never joins a batch (its seed alone decides it: the same seed gives the same
+    reply whatever else waits); a generation that raises answers each of its requests with the error,
+    and the next requests are answered."""
+    from hopgym.agents.model.checkpoint_entry import CheckpointModel
+
+    model = CheckpointModel(str(sft_folder), "m", max_batch=8)
+    sizes = _recording_batches(model)
+    greedy = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 6}
+    sampled = {**greedy, "temperature": 1.0, "seed": 7}
+    first = _complete_together(model, [greedy, sampled, greedy])
+    assert sorted(sizes) == [1, 1, 2]  # the holder, the sampled request, the two greedy ones
+    again = model.complete(sampled)
+    assert again["choices"][0]["message"] == first[1]["choices"][0]["message"]
+
+    generate = model.model.generate
+
+    def broken(*args, **options):
+        raise RuntimeError("generation broke")
+
+    model.model.generate = broken
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(2) as pool:
+        futures = [pool.submit(model.complete, greedy) for _ in range(2)]
+        for future in futures:
+            with pytest.raises(RuntimeError, match="generation broke"):
+                future.result(timeout=60)
+    model.model.generate = generate
+    assert model.complete(greedy)["choices"] == first[0]["choices"]

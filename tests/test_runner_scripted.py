@@ -409,7 +409,13 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     assert pool.envs == ["the first env", "the env made after its episode was cancelled"]
 
 
-def test_the_local_model_runs_one_conversation_at_a_time_unless_told_otherwise() -> None:
+def test_the_local_model_runs_one_conversation_at_a_time_unless_told_otherwise(tmp_path) -> None:
+    """A checkpoint folder runs a batch's worth at once: its server generates waiting requests together."""
+    from hopgym.agents.model.checkpoint_entry import MAX_BATCH
+
+    folder = Namespace(model=str(tmp_path), concurrency=None, api_base=None)
+    assert concurrency_of(folder) == MAX_BATCH > 1
+    assert concurrency_of(Namespace(model=str(tmp_path), concurrency=None, api_base="http://x/v1")) == 8
     assert LOCAL_CONCURRENCY == 1
     assert concurrency_of(Namespace(model="local", concurrency=None), default=4) == 1
     assert concurrency_of(Namespace(model="local", concurrency=3)) == 3

@@ -74,13 +74,17 @@ def model_endpoint(args: argparse.Namespace) -> contextlib.AbstractContextManage
 
 
 def concurrency_of(args: argparse.Namespace, default: int = DEFAULT_CONCURRENCY) -> int:
-    """``--concurrency``, else ``default``, or for the local model or a checkpoint folder
-    ``LOCAL_CONCURRENCY`` (their servers compute one request at a time)."""
+    """``--concurrency``, else ``default``; for the local model ``LOCAL_CONCURRENCY`` (its server computes
+    one request at a time), for a checkpoint folder the checkpoint server's batch (it generates the
+    requests that arrive together as one batch)."""
     if args.concurrency is not None:
         return args.concurrency
-    serves_here = args.model == "local" or (not getattr(args, "api_base", None) and Path(args.model).is_dir())
-    if serves_here:  # one request at a time on this machine
+    if args.model == "local":
         from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
 
         return LOCAL_CONCURRENCY
+    if not getattr(args, "api_base", None) and Path(args.model).is_dir():
+        from hopgym.agents.model.checkpoint_entry import MAX_BATCH
+
+        return MAX_BATCH
     return default
