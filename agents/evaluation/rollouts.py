@@ -17,6 +17,7 @@ the only copy of the episode loop::
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,6 +32,8 @@ from hopgym.envs.chat import chat_env
 from hopgym.errors import ActionError, ConfigError, ModelError
 
 T = TypeVar("T")
+StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]
+"""What ``env.step`` returns: observation, reward, terminated, truncated, info."""
 Policy = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[Any]]
 """An async policy: the env's latest observation and info -> the next action (see the env contract)."""
 
@@ -65,6 +68,11 @@ class Rollout:
     latency_ms: float = 0.0
     """From reset to the end, not counting the wait for a free env."""
     error: str | None = None
+    server: str | None = None
+    """The env server that played the episode to its end (``Rollouts(env_urls=...)``); None: in process."""
+    cut_off: list[str] = field(default_factory=list)
+    """Each env server that died or refused while it had the episode (``URL: why``), in order; the episode
+    was then played again from its start on another, so nothing above counts a cut-off attempt."""
 
 
 class EnvPool:
@@ -228,7 +236,8 @@ class Rollouts:
             healthy = True
             try:
                 started = time.perf_counter()  # waiting for an env is not episode time
-                await self._play(env, policy, rollout, options, seed)
+                reset, step = (functools.partial(self.in_thread, method) for method in (env.reset, env.step))
+                await self.play(reset, step, policy, rollout, options, seed)
             except Exception as exc:
                 # After a model failure or a rejected action the env is fine (the next reset starts
                 # afresh); after anything else it may not be, so it is replaced.
@@ -241,23 +250,34 @@ class Rollouts:
         rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
         return rollout
 
-    async def _play(
+    async def play(
         self,
-        env: gym.Env,
+        reset: Callable[..., Awaitable[tuple[Mapping[str, Any], Mapping[str, Any]]]],
+        step: Callable[[Any], Awaitable[StepOutcome]],
         policy: Policy,
         rollout: Rollout,
         options: Mapping[str, Any] | None,
         seed: int | None,
+        actions: list[Any] | None = None,
     ) -> None:
-        """The episode loop, filling ``rollout`` as it goes."""
-        rollout.observation, rollout.info = await self.in_thread(env.reset, seed=seed, options=options)
-        reward: SupportsFloat = 0.0  # gymnasium's reward type
+        """The episode loop, on an env's async ``reset(seed=, options=)`` and ``step(action)``, filling
+        ``rollout`` (from scratch) as it goes. ``actions`` holds the policy's actions so far: an episode
+        played again from its start (its env server died) sends those first, and asks the policy only
+        for the turns after them, so the policy sees each observation once."""
+        actions = [] if actions is None else actions
+        rollout.observation, rollout.info = await reset(seed=seed, options=options)
+        rollout.reward, rollout.terminated, rollout.truncated = 0.0, False, False
+        rollout.turns, rollout.parallel_turns, rollout.calls = 0, 0, []
         while not (rollout.terminated or rollout.truncated):
-            action = await policy(rollout.observation, rollout.info)
+            if rollout.turns < len(actions):
+                action = actions[rollout.turns]
+            else:
+                action = await policy(rollout.observation, rollout.info)
+                actions.append(action)
             if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
                 rollout.parallel_turns += 1
-            step = await self.in_thread(env.step, action)
-            rollout.observation, reward, rollout.terminated, rollout.truncated, rollout.info = step
+            outcome = await step(action)
+            rollout.observation, reward, rollout.terminated, rollout.truncated, rollout.info = outcome
             rollout.reward = float(reward)
             rollout.turns += 1
             rollout.calls.extend(rollout.info.get("calls") or ())
@@ -276,6 +296,24 @@ class Rollouts:
                 )
             )
         )
+
+
+def rollouts_for(
+    env_id: str,
+    env_kwargs: Mapping[str, Any] | None = None,
+    concurrency: int = 8,
+    env_urls: Sequence[str] = (),
+    api_key: str | None = None,
+) -> Rollouts:
+    """:class:`Rollouts` in process, or with ``env_urls`` on those ``hopgym serve env`` servers
+    (:mod:`hopgym.agents.evaluation.remote_rollouts`; ``api_key``: theirs, when they have one)."""
+    if not env_urls:
+        return Rollouts(env_id, env_kwargs, concurrency)
+    try:
+        from hopgym.agents.evaluation.remote_rollouts import RemoteRollouts
+    except ImportError as exc:
+        raise ConfigError(f"--env-url needs the serve extra: pip install 'hopgym[serve]' ({exc})") from exc
+    return RemoteRollouts(env_id, env_kwargs, concurrency, env_urls, api_key)
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -41,3 +42,24 @@ def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             kwargs[key] = value
     return kwargs
+
+
+def add_env_url_argument(parser: argparse.ArgumentParser) -> None:
+    """``--env-url``: episodes played on ``hopgym serve env`` servers (read back by :func:`env_urls_from`)."""
+    parser.add_argument(
+        "--env-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a hopgym serve env server to play episodes on (repeatable: each episode goes to the least "
+        "loaded; one that dies has its episodes played again on another); the servers must serve --env "
+        "with these env kwargs; their API key from $HOPGYM_SERVE_API_KEY (default: in this process)",
+    )
+
+
+def env_urls_from(args: argparse.Namespace) -> tuple[list[str], str | None]:
+    """The ``--env-url`` servers and their API key (the variable ``hopgym serve env`` reads its key from)."""
+    from hopgym.commands.serve import API_KEY_VARIABLE
+
+    urls = list(args.env_url)
+    return urls, (os.environ.get(API_KEY_VARIABLE) or None) if urls else None

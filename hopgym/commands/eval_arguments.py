@@ -7,7 +7,13 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
+from hopgym.commands.env_arguments import (
+    add_env_arguments,
+    add_env_url_argument,
+    env_kwargs_from,
+    env_urls_from,
+    parse_key_values,
+)
 from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_argument, model_extra_from
 
 if TYPE_CHECKING:
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of ``hopgym eval`` (read back by :func:`eval_config`)."""
     add_env_arguments(parser)
+    add_env_url_argument(parser)
     parser.add_argument("--agent", default="fc", help="fc | react | codeact | direct | kgetool (default: fc)")
     parser.add_argument(
         "--model",
@@ -117,6 +124,7 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
     from hopgym.agents.evaluation.training_record import model_stages
     from hopgym.agents.model.client import ModelConfig
 
+    urls, env_api_key = env_urls_from(args)
     return EvalConfig(
         out=out,
         model=ModelConfig(
@@ -142,4 +150,6 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
         executor=args.executor,
         ray_address=args.ray_address,
         training=model_stages(args.model),
+        env_urls=tuple(urls),
+        env_api_key=env_api_key,
     )
