@@ -1,4 +1,4 @@
-"""Rollouts on ``hopgym serve env`` servers (``Rollouts`` with ``env_urls``; agents/evaluation/remote_rollouts.py),
+"""Rollouts on ``hopgym serve env`` servers (``env_urls``: agents/evaluation/remote_rollouts.py),
 real server subprocesses driven through hopgym's OpenEnv client: episodes spread over two servers equal
 in-process ``env.step``; a server SIGKILLed mid-episode has its episodes played again from their start on
 the other (each reward once, the policy asked once per turn), the rollouts go on on the server left, and
