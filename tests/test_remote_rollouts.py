@@ -1,4 +1,4 @@
-"""Rollouts on ``hopgym serve env`` servers (``env_urls``: agents/evaluation/remote_rollouts.py),
+"""Rollouts on ``hopgym serve env`` servers (agents/adapters/remote_rollouts.py),
 real server subprocesses driven through hopgym's OpenEnv client: episodes spread over two servers equal
 in-process ``env.step``; a server SIGKILLed mid-episode has its episodes played again from their start on
 the other (each reward once, the policy asked once per turn), the rollouts go on on the server left, and
@@ -10,16 +10,18 @@ import asyncio
 import contextlib
 import subprocess
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from hopgym.agents.evaluation.rollouts import Rollout, rollouts_for
+from hopgym.agents.evaluation.rollouts import Rollout
 from hopgym.errors import ConfigError
 from tests.extras import require_extra
 
 require_extra("openenv.core", "serve")
 
+from hopgym.agents.adapters.remote_rollouts import on_servers  # noqa: E402
 from tests.test_serve_env import READY, descendants, hopgym, in_process, policy, wait_until  # noqa: E402
 
 EPISODES = 8
@@ -101,7 +103,7 @@ def test_a_server_killed_mid_episode_has_its_episodes_replayed_on_the_other_each
             first_process.wait()
 
         async def scenario() -> tuple[list[Rollout], list[Rollout], Policies, Policies]:
-            rollouts = rollouts_for("ToolHop-v0", concurrency=EPISODES, env_urls=[first, second])
+            rollouts = on_servers([first, second])("ToolHop-v0", None, EPISODES)
             await rollouts.start()
             try:
                 cut = Policies(on_second_turn=kill_first)
@@ -133,7 +135,7 @@ def test_with_every_server_dead_an_episode_ends_with_an_error_naming_them() -> N
         process.wait()
 
         async def scenario() -> Rollout:
-            rollouts = rollouts_for("ToolHop-v0", concurrency=2, env_urls=[url])
+            rollouts = on_servers([url])("ToolHop-v0", None, 2)
             await rollouts.start()
             try:
                 return await rollouts.episode(Policies().of(0), {"index": 0})
@@ -151,7 +153,7 @@ def test_a_server_of_another_env_is_refused_naming_both_ids() -> None:
     with env_servers(1, "--env", "FamilyTool-v0") as [(url, _)]:
 
         async def scenario() -> Rollout:
-            rollouts = rollouts_for("ToolHop-v0", concurrency=1, env_urls=[url])
+            rollouts = on_servers([url])("ToolHop-v0", None, 1)
             await rollouts.start()
             try:
                 return await rollouts.episode(Policies().of(0), {"index": 0})
@@ -170,8 +172,27 @@ def test_a_server_of_another_env_is_refused_naming_both_ids() -> None:
 )
 def test_env_urls_that_are_not_distinct_server_urls_are_refused(urls: list[Any]) -> None:
     with pytest.raises(ConfigError, match="--env-url must be distinct URLs of hopgym serve env servers"):
-        if not urls:
-            from hopgym.agents.evaluation.remote_rollouts import RemoteRollouts
+        on_servers(urls)
 
-            RemoteRollouts("ToolHop-v0", None, 1, urls)
-        rollouts_for("ToolHop-v0", env_urls=urls)
+
+def test_eval_through_an_env_server_records_what_eval_in_process_records(tmp_path: Path) -> None:
+    """``hopgym eval --env-url``: the same episodes (a scripted model that calls a tool, then answers right
+    for every second task) give the same rewards, answers, turns and call records as in process."""
+    from hopgym.agents.model.scripted_server import ScriptedModelServer
+    from hopgym.cli import main
+    from tests.test_runner_scripted import read_records, solving_policy
+
+    def kept(record: dict[str, Any]) -> tuple[Any, ...]:
+        calls = [(c["name"], c["arguments"], c["status"], c["feedback"]) for c in record["calls"]]
+        fields = ("task_id", "reward", "correct", "turns", "final_answer", "gold_answer", "error")
+        return (*(record[key] for key in fields), calls)
+
+    with env_servers(1) as [(url, _)], ScriptedModelServer(solving_policy()) as model:
+        base = ["eval", "--model", model.model, "--api-base", model.api_base, "--api-key", "sk"]
+        base += ["--limit", "6", "--concurrency", "3", "--no-progress"]
+        assert main([*base, "--out", str(tmp_path / "here")]) == 0
+        assert main([*base, "--env-url", url, "--out", str(tmp_path / "served")]) == 0
+    here = sorted(kept(record) for record in read_records(tmp_path / "here"))
+    served = sorted(kept(record) for record in read_records(tmp_path / "served"))
+    assert served == here and len(here) == 6
+    assert {record[2] for record in here} == {True, False} and all(record[-1] for record in here)

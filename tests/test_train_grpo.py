@@ -553,6 +553,7 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
         unavailable("openenv.core is not installed: pip install 'hopgym[serve]'")
     from trl import GRPOTrainer
 
+    from hopgym.agents.adapters.remote_rollouts import on_servers
     from hopgym.train.grpo import train
     from hopgym.train.steplog import StepLog, read_steps
     from tests.test_remote_rollouts import env_servers
@@ -592,9 +593,8 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
             save_steps=2,
             threads=1,
             progress=False,
-            env_urls=[first, second],
         )
-        train(config)
+        train(config, make_rollouts=on_servers([first, second]))
 
     steps = read_steps(tmp_path / "run" / "steps.jsonl")
     assert [step["step"] for step in steps] == [1, 2]

@@ -44,8 +44,6 @@ class TrainConfig:
     threads: int | None = None
     """torch's CPU threads (None: torch's choice); 1 on a machine busy with other work."""
     progress: bool = True
-    env_urls: list[str] = field(default_factory=list)
-    """``hopgym serve env`` servers to play the episodes on (empty: in process, the default)."""
 
     def identity(self) -> dict[str, Any]:
         """The settings as JSON data (``run.json``)."""

@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hopgym.agents.evaluation.rollouts import make_env, rollouts_for
+from hopgym.agents.evaluation.rollouts import Rollouts, RolloutsFactory, make_env
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.training_record import TrainingStage, training_stages, write_record
 from hopgym.errors import ConfigError, DataError
@@ -33,7 +33,7 @@ from hopgym.train.steplog import STEP_LOG, StepLog, read_steps, trim
 RUN_FILE = "run.json"
 PLOT_FILE = "reward.png"
 _CHECKPOINT = re.compile(r"^checkpoint-(\d+)$")
-RESUMABLE = ("max_steps", "progress", "save_steps", "threads", "env_urls")
+RESUMABLE = ("max_steps", "progress", "save_steps", "threads")
 """Settings a resumed run may change; any other must match ``run.json``."""
 
 
@@ -137,9 +137,11 @@ def rewards_of(config: TrainConfig) -> dict[str, tuple[Any, float]]:
     return rewards
 
 
-def train(config: TrainConfig, resume: bool = False, env_api_key: str | None = None) -> dict[str, Any]:
-    """Run (or, with ``resume``, continue) GRPO on the env's tasks; return the last step's log line.
-    ``env_api_key``: the key of the env servers of ``config.env_urls``, when they have one."""
+def train(
+    config: TrainConfig, resume: bool = False, make_rollouts: RolloutsFactory = Rollouts
+) -> dict[str, Any]:
+    """Run (or, with ``resume``, continue) GRPO on the env's tasks; return the last step's log line. The
+    episodes play on ``make_rollouts``' envs: in process, or on env servers (``--env-url``)."""
     checkpoint = check_out(config, resume)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL-experimental; pinned
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")  # nothing of a run leaves the machine
@@ -155,7 +157,7 @@ def train(config: TrainConfig, resume: bool = False, env_api_key: str | None = N
     rewards = rewards_of(config)
     log = StepLog(config.out / STEP_LOG, rewards, group=config.num_generations)
     batch = config.tasks_per_step * config.num_generations
-    episodes = rollouts_for(config.env_id, config.env_kwargs, batch, config.env_urls, env_api_key)
+    episodes = make_rollouts(config.env_id, config.env_kwargs, batch)
     first = make_env(config.env_id, config.env_kwargs)
     try:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))

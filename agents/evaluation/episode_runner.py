@@ -16,7 +16,7 @@ import gymnasium as gym
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.agents.evaluation.rollouts import Rollout, rollouts_for
+from hopgym.agents.evaluation.rollouts import Rollout, Rollouts, RolloutsFactory
 from hopgym.agents.evaluation.training_record import TrainingStage
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
@@ -51,10 +51,9 @@ class EvalConfig:
     executor: str = "local"
     """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
     ray_address: str | None = None
-    env_urls: tuple[str, ...] = ()
-    """``hopgym serve env`` servers to play the episodes on (empty: where the executor runs them)."""
-    env_api_key: str | None = field(default=None, repr=False)
-    """The env servers' API key, when they have one."""
+    make_rollouts: RolloutsFactory = field(default=Rollouts, repr=False)
+    """Where the episodes' envs are: :class:`Rollouts` (where the executor runs them), or env servers
+    (``hopgym.agents.adapters.remote_rollouts.on_servers``). Not part of the run's identity."""
     training: tuple[TrainingStage, ...] = ()
     """What the model was trained on (its folder's ``training-tasks.json``): evaluated tasks among them are
     named in a warning. Not part of the run's identity."""
@@ -91,8 +90,8 @@ def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
 
 
 class EpisodeRunner:
-    """Runs episodes in this process, up to ``concurrency`` at once, through ``Rollouts`` (one env pool, or
-    the env servers of ``env_urls``). The local executor has one; the Ray executor one per node."""
+    """Runs episodes in this process, up to ``concurrency`` at once, through ``config.make_rollouts`` (one
+    env pool, or env servers). The local executor has one; the Ray executor one per node."""
 
     def __init__(self, config: EvalConfig, concurrency: int) -> None:
         self.config = config
@@ -105,9 +104,7 @@ class EpisodeRunner:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
         check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
-        self.rollouts = rollouts_for(
-            config.env_id, config.env_kwargs, concurrency, config.env_urls, config.env_api_key
-        )
+        self.rollouts = config.make_rollouts(config.env_id, config.env_kwargs, concurrency)
 
     def make_env(self) -> gym.Env:
         return self.rollouts.make_env()

@@ -34,6 +34,9 @@ from hopgym.errors import ActionError, ConfigError, ModelError
 T = TypeVar("T")
 StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]
 """What ``env.step`` returns: observation, reward, terminated, truncated, info."""
+RolloutsFactory = Callable[[str, "Mapping[str, Any] | None", int], "Rollouts"]
+"""Makes the rollouts of ``(env_id, env_kwargs, concurrency)``: :class:`Rollouts` (in process), or the env
+servers' (``hopgym.agents.adapters.remote_rollouts.on_servers``)."""
 Policy = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[Any]]
 """An async policy: the env's latest observation and info -> the next action (see the env contract)."""
 
@@ -296,24 +299,6 @@ class Rollouts:
                 )
             )
         )
-
-
-def rollouts_for(
-    env_id: str,
-    env_kwargs: Mapping[str, Any] | None = None,
-    concurrency: int = 8,
-    env_urls: Sequence[str] = (),
-    api_key: str | None = None,
-) -> Rollouts:
-    """:class:`Rollouts` in process, or with ``env_urls`` on those ``hopgym serve env`` servers
-    (:mod:`hopgym.agents.evaluation.remote_rollouts`; ``api_key``: theirs, when they have one)."""
-    if not env_urls:
-        return Rollouts(env_id, env_kwargs, concurrency)
-    try:
-        from hopgym.agents.evaluation.remote_rollouts import RemoteRollouts
-    except ImportError as exc:
-        raise ConfigError(f"--env-url needs the serve extra: pip install 'hopgym[serve]' ({exc})") from exc
-    return RemoteRollouts(env_id, env_kwargs, concurrency, env_urls, api_key)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -45,7 +44,7 @@ def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def add_env_url_argument(parser: argparse.ArgumentParser) -> None:
-    """``--env-url``: episodes played on ``hopgym serve env`` servers (read back by :func:`env_urls_from`)."""
+    """``--env-url``: episodes played on ``hopgym serve env`` servers (read by ``serve.env_rollouts``)."""
     parser.add_argument(
         "--env-url",
         action="append",
@@ -55,11 +54,3 @@ def add_env_url_argument(parser: argparse.ArgumentParser) -> None:
         "loaded; one that dies has its episodes played again on another); the servers must serve --env "
         "with these env kwargs; their API key from $HOPGYM_SERVE_API_KEY (default: in this process)",
     )
-
-
-def env_urls_from(args: argparse.Namespace) -> tuple[list[str], str | None]:
-    """The ``--env-url`` servers and their API key (the variable ``hopgym serve env`` reads its key from)."""
-    from hopgym.commands.serve import API_KEY_VARIABLE
-
-    urls = list(args.env_url)
-    return urls, (os.environ.get(API_KEY_VARIABLE) or None) if urls else None

@@ -11,10 +11,10 @@ from hopgym.commands.env_arguments import (
     add_env_arguments,
     add_env_url_argument,
     env_kwargs_from,
-    env_urls_from,
     parse_key_values,
 )
 from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_argument, model_extra_from
+from hopgym.commands.serve import env_rollouts
 
 if TYPE_CHECKING:
     from hopgym.agents.evaluation.episode_runner import EvalConfig
@@ -124,7 +124,6 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
     from hopgym.agents.evaluation.training_record import model_stages
     from hopgym.agents.model.client import ModelConfig
 
-    urls, env_api_key = env_urls_from(args)
     return EvalConfig(
         out=out,
         model=ModelConfig(
@@ -150,6 +149,5 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
         executor=args.executor,
         ray_address=args.ray_address,
         training=model_stages(args.model),
-        env_urls=tuple(urls),
-        env_api_key=env_api_key,
+        make_rollouts=env_rollouts(args),
     )

@@ -11,10 +11,14 @@ import socket
 import stat
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from
 from hopgym.commands.model_arguments import model_argument
 from hopgym.errors import ConfigError, ModelError
+
+if TYPE_CHECKING:
+    from hopgym.agents.evaluation.rollouts import RolloutsFactory
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
 KEY_FILE_LIMIT = 4096
@@ -253,3 +257,17 @@ def serve_env(args: argparse.Namespace) -> int:
         print("(Ctrl-C stops the server)", flush=True)
         server.run(sockets=[listener])
     raise KeyboardInterrupt  # uvicorn returns once a signal stopped it
+
+
+def env_rollouts(args: argparse.Namespace) -> RolloutsFactory:
+    """Where ``--env-url`` asks the episodes to play: in process, or on those servers, with the key of the
+    variable ``hopgym serve env`` reads its own from."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
+
+    if not args.env_url:
+        return Rollouts
+    try:
+        from hopgym.agents.adapters.remote_rollouts import on_servers
+    except ImportError as exc:
+        raise ConfigError(f"--env-url needs the serve extra: pip install 'hopgym[serve]' ({exc})") from exc
+    return on_servers(args.env_url, os.environ.get(API_KEY_VARIABLE) or None)

@@ -12,10 +12,10 @@ from hopgym.commands.env_arguments import (
     add_env_arguments,
     add_env_url_argument,
     env_kwargs_from,
-    env_urls_from,
     parse_key_values,
 )
 from hopgym.commands.model_arguments import model_argument
+from hopgym.commands.serve import env_rollouts
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
 
@@ -145,7 +145,6 @@ def config_from(args: argparse.Namespace) -> TrainConfig:
         use_vllm=args.vllm,
         threads=args.threads,
         progress=not args.no_progress,
-        env_urls=env_urls_from(args)[0],
     )
 
 
@@ -159,7 +158,7 @@ def run_grpo(args: argparse.Namespace) -> int:
     check_installed()
     from hopgym.train.grpo import train
 
-    last = train(config_from(args), resume=args.resume, env_api_key=env_urls_from(args)[1])
+    last = train(config_from(args), resume=args.resume, make_rollouts=env_rollouts(args))
     summary = {key: last.get(key) for key in ("step", "loss", "reward", "env_reward", "statuses")}
     print(json.dumps(summary))
     return 0

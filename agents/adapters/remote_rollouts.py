@@ -9,7 +9,7 @@ sessions (one env on the server each) stay open between episodes, so an episode 
 env. A server that dies while it has an episode (its connection lost, or no answer within the client's
 message timeout) or refuses one (no session: at capacity, a wrong key; or its ``reset`` fails) has that
 episode played again from its start on another: the policy's actions so far are sent again and the policy is
-asked only for the turns after them (:meth:`Rollouts.play`), and only the attempt that ended counts (its
+asked only for the turns after them (``Rollouts.play``), and only the attempt that ended counts (its
 reward, turns and calls; the cut-off ones are named in ``Rollout.cut_off``). An error frame mid-episode (an
 action the env refused, a failure of the env) ends the episode with that error, as in process.
 """
@@ -28,7 +28,7 @@ from websockets.exceptions import ConnectionClosed
 
 from hopgym.agents.adapters.openenv_client import HopgymEnvClient
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation
-from hopgym.agents.evaluation.rollouts import Policy, Rollout, Rollouts, StepOutcome
+from hopgym.agents.evaluation.rollouts import Policy, Rollout, Rollouts, RolloutsFactory, StepOutcome
 from hopgym.agents.model.client import Endpoints
 from hopgym.errors import ActionError, ConfigError, EnvServerError, ModelError
 
@@ -40,6 +40,23 @@ COOLDOWN = 2.0
 when every server is left out, an episode waits this long before trying the one back first."""
 COOLDOWN_MAX = 30.0
 URL_SCHEMES = ("http://", "https://", "ws://", "wss://")
+
+
+def on_servers(env_urls: Sequence[str], api_key: str | None = None) -> RolloutsFactory:
+    """The factory of rollouts on the servers at ``env_urls`` (``api_key``: theirs, when they have one), for a
+    caller that makes its rollouts itself (``EvalConfig.make_rollouts``, ``hopgym.train.grpo.train``)."""
+    return functools.partial(RemoteRollouts, env_urls=checked_urls(env_urls), api_key=api_key)
+
+
+def checked_urls(env_urls: Sequence[str]) -> tuple[str, ...]:
+    """``env_urls``, refused unless they are distinct server URLs (an episode would find out only later)."""
+    bad = [url for url in env_urls if not isinstance(url, str) or not url.startswith(URL_SCHEMES)]
+    if not env_urls or bad or len(set(env_urls)) != len(env_urls):
+        raise ConfigError(
+            f"--env-url must be distinct URLs of hopgym serve env servers ({', '.join(URL_SCHEMES)}), "
+            f"got {list(env_urls)!r}"
+        )
+    return tuple(env_urls)
 
 
 class ServerLost(EnvServerError):
@@ -65,14 +82,8 @@ class RemoteRollouts(Rollouts):
         env_urls: Sequence[str],
         api_key: str | None = None,
     ) -> None:
-        bad = [url for url in env_urls if not isinstance(url, str) or not url.startswith(URL_SCHEMES)]
-        if not env_urls or bad or len(set(env_urls)) != len(env_urls):
-            raise ConfigError(
-                f"--env-url must be distinct URLs of hopgym serve env servers ({', '.join(URL_SCHEMES)}), "
-                f"got {list(env_urls)!r}"
-            )
+        self.env_urls = checked_urls(env_urls)
         super().__init__(env_id, env_kwargs, concurrency)
-        self.env_urls = tuple(env_urls)
         self._api_key = api_key
         self._endpoints = Endpoints(self.env_urls, COOLDOWN, COOLDOWN_MAX)
         self._idle: dict[str, list[HopgymEnvClient]] = {url: [] for url in self.env_urls}
