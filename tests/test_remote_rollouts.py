@@ -177,7 +177,8 @@ def test_env_urls_that_are_not_distinct_server_urls_are_refused(urls: list[Any])
 
 def test_eval_through_an_env_server_records_what_eval_in_process_records(tmp_path: Path) -> None:
     """``hopgym eval --env-url``: the same episodes (a scripted model that calls a tool, then answers right
-    for every second task) give the same rewards, answers, turns and call records as in process."""
+    for every second task) give the same rewards, answers, turns and call records as in process, and each
+    record names the server that played it."""
     from hopgym.agents.model.scripted_server import ScriptedModelServer
     from hopgym.cli import main
     from tests.test_runner_scripted import read_records, solving_policy
@@ -195,4 +196,6 @@ def test_eval_through_an_env_server_records_what_eval_in_process_records(tmp_pat
     here = sorted(kept(record) for record in read_records(tmp_path / "here"))
     served = sorted(kept(record) for record in read_records(tmp_path / "served"))
     assert served == here and len(here) == 6
+    assert {record.get("server") for record in read_records(tmp_path / "served")} == {url}
+    assert all("server" not in record for record in read_records(tmp_path / "here"))
     assert {record[2] for record in here} == {True, False} and all(record[-1] for record in here)

@@ -129,7 +129,7 @@ class RemoteRollouts(Rollouts):
         episode, as its ``error``, and so does every server failing it."""
         if self._places is None:
             raise RuntimeError("Rollouts.start() must come before episodes")
-        rollout, actions = Rollout(), []
+        rollout, actions = Rollout(), list[Any]()
         started = time.perf_counter()
         try:
             async with self._places:

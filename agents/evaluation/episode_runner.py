@@ -156,6 +156,7 @@ class EpisodeRunner:
             latency_ms=rollout.latency_ms,
             error=rollout.error,
             messages=messages,
+            server=rollout.server,
         )
 
 

@@ -12,6 +12,9 @@ the only copy of the episode loop::
     async with Rollouts("ToolHop-v0", concurrency=8) as rollouts:
         results = await rollouts.run(policy, [{"index": i} for i in range(64)])
         rewards = [result.reward for result in results]
+
+:class:`~hopgym.agents.adapters.remote_rollouts.RemoteRollouts` plays the same loop (:meth:`Rollouts.play`)
+on ``hopgym serve env`` servers instead.
 """
 
 from __future__ import annotations
@@ -239,8 +242,10 @@ class Rollouts:
             healthy = True
             try:
                 started = time.perf_counter()  # waiting for an env is not episode time
-                reset, step = (functools.partial(self.in_thread, method) for method in (env.reset, env.step))
-                await self.play(reset, step, policy, rollout, options, seed)
+                reset = functools.partial(self.in_thread, env.reset)
+                await self.play(
+                    reset, functools.partial(self.in_thread, env.step), policy, rollout, options, seed
+                )
             except Exception as exc:
                 # After a model failure or a rejected action the env is fine (the next reset starts
                 # afresh); after anything else it may not be, so it is replaced.
