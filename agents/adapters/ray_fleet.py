@@ -73,8 +73,8 @@ class EnvServerActor:
 
 class EnvFleet:
     """``count`` servers of ``env_id`` (made with ``env_kwargs``, ``max_sessions`` each, ``cpus`` of a node
-    each) on the Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local instance). Use it as a
-    context manager, or call :meth:`close`: the servers stop, and with them their envs."""
+    each) on the Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local instance), behind
+    ``api_key``. Use it as a context manager, or call :meth:`close`: the servers stop, and their envs."""
 
     def __init__(
         self,
@@ -84,12 +84,14 @@ class EnvFleet:
         max_sessions: int = 8,
         cpus: float = 1.0,
         address: str | None = None,
+        api_key: str | None = None,
     ) -> None:
         if not isinstance(count, int) or count < 1:
             raise ConfigError(f"a fleet needs at least one server, got {count!r}")
         join_cluster(address)
-        self.api_key = secrets.token_urlsafe(32)
-        """The servers' key (each listens on its node's address, reachable from the cluster)."""
+        self.api_key = api_key or secrets.token_urlsafe(32)
+        """The servers' key (each listens on its node's address, reachable from the cluster): ``api_key``,
+        else a new one."""
         spread = EnvServerActor.options(num_cpus=cpus, scheduling_strategy="SPREAD")  # type: ignore[attr-defined]
         self._actors = [
             spread.remote(env_id, dict(env_kwargs or {}), max_sessions, self.api_key) for _ in range(count)
