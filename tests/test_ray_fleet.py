@@ -103,6 +103,22 @@ def test_serve_fleet_prints_urls_episodes_play_on_and_ctrl_c_stops_the_servers(
     )
 
 
+def test_a_fleet_without_a_key_or_servers_is_refused_before_joining_a_cluster(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from hopgym.agents.adapters.ray_fleet import EnvFleet
+    from hopgym.errors import ConfigError
+
+    monkeypatch.delenv("HOPGYM_SERVE_API_KEY", raising=False)
+    with pytest.raises(ConfigError, match="give their key in \\$HOPGYM_SERVE_API_KEY or --api-key-file"):
+        from hopgym.cli import build_parser
+        from hopgym.commands.serve import serve_fleet
+
+        serve_fleet(build_parser().parse_args(["serve", "fleet", "--servers", "2"]))
+    with pytest.raises(ConfigError, match="a fleet needs at least one server, got 0"):
+        EnvFleet(0, "ToolHop-v0", address="127.0.0.1:9")
+
+
 def test_a_fleet_with_a_node_killed_mid_run_plays_every_episode_and_leaves_no_process(
     cluster: Cluster,
 ) -> None:

@@ -129,6 +129,28 @@ def test_a_server_killed_mid_episode_has_its_episodes_replayed_on_the_other_each
     assert sum(len(r.cut_off) for r in again) <= EPISODES  # dead sessions at most once each
 
 
+def test_a_server_at_capacity_refuses_and_the_episode_plays_on_the_other() -> None:
+    """The first server holds one session: the second episode sent there is refused (openenv's capacity
+    error), plays on the other server from its start, and every episode ends equal to in process."""
+    with env_servers(1, "--max-sessions", "1") as [(small, _)], env_servers(1) as [(large, _)]:
+
+        async def scenario() -> list[Rollout]:
+            rollouts = on_servers([small, large])("ToolHop-v0", None, 4)
+            await rollouts.start()
+            try:
+                return await play(rollouts, Policies(), range(4))
+            finally:
+                await rollouts.close()
+
+        played = asyncio.run(scenario())
+    assert [r.error for r in played] == [None] * 4
+    assert [as_played(r) for r in played] == expected(range(4))
+    refused = [r for r in played if r.cut_off]
+    assert refused and all(r.server == large for r in refused)
+    assert all(r.cut_off[0].startswith(f"{small}: ") and "capacity" in r.cut_off[0] for r in refused)
+    assert sum(r.server == small for r in played) >= 1
+
+
 def test_with_every_server_dead_an_episode_ends_with_an_error_naming_them() -> None:
     with env_servers(1) as [(url, process)]:
         process.kill()
