@@ -75,7 +75,8 @@ class Rollout:
     """From reset to the end, not counting the wait for a free env."""
     error: str | None = None
     server: str | None = None
-    """The env server that played the episode to its end (``Rollouts(env_urls=...)``); None: in process."""
+    """The env server that played the episode to its end (``--env-url``: ``RemoteRollouts``); None: in
+    process."""
     cut_off: list[str] = field(default_factory=list)
     """Each env server that died or refused while it had the episode (``URL: why``), in order; the episode
     was then played again from its start on another, so nothing above counts a cut-off attempt."""
