@@ -614,3 +614,15 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
         first_call = episode["turns"][0]["calls"][0]
         assert first_call["status"] == "tool_error" and "unknown entity 'x'" in first_call["feedback"]
     assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+def test_train_grpo_refuses_an_env_url_that_is_no_server_url_before_anything_is_written(tmp_path, capsys):
+    from hopgym.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "grpo", "--env-url", "127.0.0.1:8000", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "--env-url must be distinct URLs of hopgym serve env servers" in error and "127.0.0.1:8000" in error
+    )
+    assert not out.exists()
