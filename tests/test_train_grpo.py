@@ -36,7 +36,7 @@ from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
-from tests.extras import TORCH_GROUP  # noqa: E402
+from tests.extras import TORCH_GROUP, unavailable  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 from tests.tiny_model import save_tiny_model  # noqa: E402
 
@@ -539,3 +539,90 @@ def test_the_warm_start_trains_on_gold_paths_the_env_scored_correct(tmp_path, ti
     assert stages[0] == sft and (stages[1].command, stages[1].task_ids) == ("grpo", ("x",))
     with pytest.raises(ConfigError, match="holds a model"):
         warm_start("KGTool-v0", ENV_KWARGS, tmp_path / "sft", model=str(tiny_model), limit=2)
+
+
+def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_replays_equal(
+    tmp_path, monkeypatch, tiny_model
+):
+    """``--env-url`` twice (issue 40's acceptance): 2 steps of 2 tasks x 2 generations, every first reply a
+    call (scripted, so each episode runs one in a server's sandbox), over two ``hopgym serve env`` servers,
+    the first SIGKILLed once step 1 is logged. The run completes; step 1's episodes ran on both servers
+    (least-loaded first), step 2's on the second, those sent to the dead one cut off there and replayed
+    whole; every logged reward and call replays equal in process."""
+    if importlib.util.find_spec("openenv") is None:
+        unavailable("openenv.core is not installed: pip install 'hopgym[serve]'")
+    from trl import GRPOTrainer
+
+    from hopgym.agents.adapters.remote_rollouts import on_servers
+    from hopgym.train.grpo import train
+    from hopgym.train.steplog import StepLog, read_steps
+    from tests.test_remote_rollouts import env_servers
+
+    original = GRPOTrainer._generate_single_turn
+
+    def generate(self, prompt_ids, *args, **kwargs):
+        ids, logprobs = original(self, prompt_ids, *args, **kwargs)
+        for row, prompt in enumerate(prompt_ids):
+            text = self.processing_class.decode(prompt)
+            if "<tool_response>" not in text:
+                ids[row] = self.processing_class(first_tool_call(text), add_special_tokens=False)["input_ids"]
+        return ids, logprobs
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", generate)
+    env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
+    with env_servers(2, "--env", "KGTool-v0", *env_args) as [(first, first_process), (second, _)]:
+        logged = StepLog.on_log
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            logged(self, args, state, control, logs=logs, **kwargs)
+            if state.global_step == 1 and first_process.poll() is None:
+                first_process.kill()
+                first_process.wait()
+
+        monkeypatch.setattr(StepLog, "on_log", on_log)
+        config = TrainConfig(
+            out=tmp_path / "run",
+            env_kwargs=ENV_KWARGS,
+            model=str(tiny_model),
+            limit=2,
+            num_generations=2,
+            tasks_per_step=2,
+            max_completion_length=128,
+            train_layers=2,
+            max_steps=2,
+            save_steps=2,
+            threads=1,
+            progress=False,
+        )
+        train(config, make_rollouts=on_servers([first, second]))
+
+    steps = read_steps(tmp_path / "run" / "steps.jsonl")
+    assert [step["step"] for step in steps] == [1, 2]
+    assert [len(step["episodes"]) for step in steps] == [4, 4]
+    assert sorted(e["server"] for e in steps[0]["episodes"]) == sorted([first, first, second, second])
+    assert {e["server"] for e in steps[1]["episodes"]} == {second}
+    assert all(not e["cut_off"] for e in steps[0]["episodes"])
+    cut = [e["cut_off"] for e in steps[1]["episodes"] if e["cut_off"]]
+    assert cut and all(len(c) == 1 and c[0].startswith(f"{first}: ") for c in cut)
+    for episode in [e for step in steps for e in step["episodes"]]:
+        reward, calls = replay(episode)
+        assert episode["reward"] == episode["rewards"]["env_reward"] == reward
+        logged_calls = [
+            [(c["name"], c["status"], c["feedback"]) for c in turn["calls"]] for turn in episode["turns"]
+        ]
+        assert logged_calls == [[(c["name"], c["status"], c["feedback"]) for c in turn] for turn in calls]
+        first_call = episode["turns"][0]["calls"][0]
+        assert first_call["status"] == "tool_error" and "unknown entity 'x'" in first_call["feedback"]
+    assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
+
+
+def test_train_grpo_refuses_an_env_url_that_is_no_server_url_before_anything_is_written(tmp_path, capsys):
+    from hopgym.cli import main
+
+    out = tmp_path / "run"
+    assert main(["train", "grpo", "--env-url", "127.0.0.1:8000", "--out", str(out)]) == 2
+    error = capsys.readouterr().err
+    assert (
+        "--env-url must be distinct URLs of hopgym serve env servers" in error and "127.0.0.1:8000" in error
+    )
+    assert not out.exists()

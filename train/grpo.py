@@ -19,7 +19,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hopgym.agents.evaluation.rollouts import Rollouts, make_env
+from hopgym.agents.evaluation.rollouts import Rollouts, RolloutsFactory, make_env
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.training_record import TrainingStage, training_stages, write_record
 from hopgym.errors import ConfigError, DataError
@@ -137,8 +137,11 @@ def rewards_of(config: TrainConfig) -> dict[str, tuple[Any, float]]:
     return rewards
 
 
-def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
-    """Run (or, with ``resume``, continue) GRPO on the env's tasks; return the last step's log line."""
+def train(
+    config: TrainConfig, resume: bool = False, make_rollouts: RolloutsFactory = Rollouts
+) -> dict[str, Any]:
+    """Run (or, with ``resume``, continue) GRPO on the env's tasks; return the last step's log line. The
+    episodes play on ``make_rollouts``' envs: in process, or on env servers (``--env-url``)."""
     checkpoint = check_out(config, resume)
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")  # rollout_func is TRL-experimental; pinned
     os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")  # nothing of a run leaves the machine
@@ -153,7 +156,8 @@ def train(config: TrainConfig, resume: bool = False) -> dict[str, Any]:
     tokenizer = load_tokenizer(config.model)
     rewards = rewards_of(config)
     log = StepLog(config.out / STEP_LOG, rewards, group=config.num_generations)
-    episodes = Rollouts(config.env_id, config.env_kwargs, config.tasks_per_step * config.num_generations)
+    batch = config.tasks_per_step * config.num_generations
+    episodes = make_rollouts(config.env_id, config.env_kwargs, batch)
     first = make_env(config.env_id, config.env_kwargs)
     try:
         dataset = task_dataset(first, select_tasks(first, config.limit, config.sample, config.seed))

@@ -87,6 +87,11 @@ class TrainEpisode(TypedDict):
     metrics: dict[str, Any] | None
     env_seconds: float
     """Wall time spent in ``env.reset`` and ``env.step`` (sandboxed calls included)."""
+    server: str | None
+    """The env server that played the episode (``--env-url``); None: in process."""
+    cut_off: list[str]
+    """Env servers that died or refused while they had the episode (``URL: why``): it was played again
+    from its start on another, and only that play counts."""
 
 
 def unended_episode(task_id: str) -> TrainEpisode:
@@ -99,6 +104,8 @@ def unended_episode(task_id: str) -> TrainEpisode:
         "correct": None,
         "metrics": None,
         "env_seconds": 0.0,
+        "server": None,
+        "cut_off": [],
     }
 
 
@@ -311,6 +318,7 @@ class _Episode:
             self.record["correct"] = bool(played.info["correct"]) if "correct" in played.info else None
             self.record["metrics"] = played.info.get("metrics")
         self.record["env_seconds"] = max(0.0, played.latency_ms / 1000 - self.policy_seconds)
+        self.record["server"], self.record["cut_off"] = played.server, list(played.cut_off)
 
 
 class HopgymRollout:

@@ -4,7 +4,8 @@ A line holds what TRL logged for the step (``loss``, ``reward``, ``reward_std``,
 ``grad_norm``), each reward function's value per episode, every episode's turns with the env's call records
 (status, arguments, feedback cut to :data:`FEEDBACK_CHARS`, sandbox latency), the step's call statuses
 counted, the fraction of turns that parsed as tool calls, the mean reward standard deviation within a
-group, and where the step's wall time went (generation, env, the rest: forward, backward, optimizer).
+group, and where the step's wall time went (generation, env, the rest: forward, backward, optimizer). With
+env servers (``--env-url``) each episode names the ``server`` that played it and those that cut it off.
 
 Each line is one ``write`` followed by ``fsync``, before the step's checkpoint is saved (the trainer logs,
 then saves). After a crash the log may hold steps past the last checkpoint, and a torn last line:

@@ -16,7 +16,7 @@ import gymnasium as gym
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
+from hopgym.agents.evaluation.rollouts import Rollout, Rollouts, RolloutsFactory
 from hopgym.agents.evaluation.training_record import TrainingStage
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
@@ -51,6 +51,9 @@ class EvalConfig:
     executor: str = "local"
     """``local`` (this process) or ``ray`` (a Ray cluster's nodes, ``concurrency`` episodes each)."""
     ray_address: str | None = None
+    make_rollouts: RolloutsFactory = field(default=Rollouts, repr=False)
+    """Where the episodes' envs are: :class:`Rollouts` (where the executor runs them), or env servers
+    (``hopgym.agents.adapters.remote_rollouts.on_servers``). Not part of the run's identity."""
     training: tuple[TrainingStage, ...] = ()
     """What the model was trained on (its folder's ``training-tasks.json``): evaluated tasks among them are
     named in a warning. Not part of the run's identity."""
@@ -87,8 +90,8 @@ def sample_model(model: ModelConfig, sample: int) -> ModelConfig:
 
 
 class EpisodeRunner:
-    """Runs episodes in this process, up to ``concurrency`` at once, through :class:`Rollouts` (one env
-    pool). The local executor has one; the Ray executor one per node."""
+    """Runs episodes in this process, up to ``concurrency`` at once, through ``config.make_rollouts`` (one
+    env pool, or env servers). The local executor has one; the Ray executor one per node."""
 
     def __init__(self, config: EvalConfig, concurrency: int) -> None:
         self.config = config
@@ -101,7 +104,7 @@ class EpisodeRunner:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
         check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
-        self.rollouts = Rollouts(config.env_id, config.env_kwargs, concurrency)
+        self.rollouts = config.make_rollouts(config.env_id, config.env_kwargs, concurrency)
 
     def make_env(self) -> gym.Env:
         return self.rollouts.make_env()
@@ -153,6 +156,7 @@ class EpisodeRunner:
             latency_ms=rollout.latency_ms,
             error=rollout.error,
             messages=messages,
+            server=rollout.server,
         )
 
 

@@ -88,6 +88,18 @@ class EpisodeActor:
             await runner.close()
 
 
+def join_cluster(address: str | None) -> None:
+    """Join the Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local instance) unless this
+    process has; it stays joined until the process exits (Ray's own exit hook leaves the cluster)."""
+    if ray.is_initialized():
+        return
+    try:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    except (ConnectionError, ValueError, RuntimeError) as exc:
+        where = address or "RAY_ADDRESS or a new local instance"
+        raise ClusterError(f"cannot join the Ray cluster at {where}: {one_line(str(exc))}") from exc
+
+
 _kept: dict[tuple[str, str], Any] = {}
 """(job id, node id) -> the actor kept there after a run of this driver; ended with the driver's job."""
 
@@ -100,12 +112,7 @@ class RayExecutor:
     def __init__(self, config: EvalConfig) -> None:
         self.config = for_nodes(config)
         self._causes: list[str] = []
-        if not ray.is_initialized():
-            try:
-                ray.init(address=config.ray_address, logging_level=logging.WARNING, log_to_driver=False)
-            except (ConnectionError, ValueError, RuntimeError) as exc:
-                where = config.ray_address or "RAY_ADDRESS or a new local instance"
-                raise ClusterError(f"cannot join the Ray cluster at {where}: {one_line(str(exc))}") from exc
+        join_cluster(config.ray_address)
         nodes = [n for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU", 0) >= 1]
         if not nodes:
             raise ClusterError("the Ray cluster has no alive node with a CPU to run episodes on")

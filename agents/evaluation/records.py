@@ -87,6 +87,8 @@ class EpisodeRecord:
     messages: list[Any] = field(default_factory=list)
     node: str | None = None
     """The Ray node that ran the episode (``--executor ray``); not written when None."""
+    server: str | None = None
+    """The env server that played the episode to its end (``--env-url``); not written when None."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -99,10 +101,12 @@ class EpisodeRecord:
         return (self.agent or {}).get(name, 0)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as its JSON object (``node`` only when set, then the keys kept in ``extra``)."""
+        """The record as its JSON object (``node`` and ``server`` only when set, then the keys kept in
+        ``extra``)."""
         known = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        if self.node is None:
-            del known["node"]
+        for key in ("node", "server"):
+            if known[key] is None:
+                del known[key]
         return {**known, **self.extra}
 
     @classmethod
@@ -155,6 +159,7 @@ class EpisodeRecord:
             error=record.get("error"),
             messages=given("messages", []),
             node=record.get("node"),
+            server=record.get("server"),
             extra={key: value for key, value in record.items() if key not in known},
         )
 
@@ -179,6 +184,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "messages": (list, _NONE),
     "error": (str, _NONE),
     "node": (str, _NONE),
+    "server": (str, _NONE),
 }
 """The JSON types of each record field (null: not recorded)."""
 

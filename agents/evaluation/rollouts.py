@@ -12,11 +12,15 @@ the only copy of the episode loop::
     async with Rollouts("ToolHop-v0", concurrency=8) as rollouts:
         results = await rollouts.run(policy, [{"index": i} for i in range(64)])
         rewards = [result.reward for result in results]
+
+:class:`~hopgym.agents.adapters.remote_rollouts.RemoteRollouts` plays the same loop (:meth:`Rollouts.play`)
+on ``hopgym serve env`` servers instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,6 +35,11 @@ from hopgym.envs.chat import chat_env
 from hopgym.errors import ActionError, ConfigError, ModelError
 
 T = TypeVar("T")
+StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]
+"""What ``env.step`` returns: observation, reward, terminated, truncated, info."""
+RolloutsFactory = Callable[[str, "Mapping[str, Any] | None", int], "Rollouts"]
+"""Makes the rollouts of ``(env_id, env_kwargs, concurrency)``: :class:`Rollouts` (in process), or the env
+servers' (``hopgym.agents.adapters.remote_rollouts.on_servers``)."""
 Policy = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[Any]]
 """An async policy: the env's latest observation and info -> the next action (see the env contract)."""
 
@@ -65,6 +74,12 @@ class Rollout:
     latency_ms: float = 0.0
     """From reset to the end, not counting the wait for a free env."""
     error: str | None = None
+    server: str | None = None
+    """The env server that played the episode to its end (``--env-url``: ``RemoteRollouts``); None: in
+    process."""
+    cut_off: list[str] = field(default_factory=list)
+    """Each env server that died or refused while it had the episode (``URL: why``), in order; the episode
+    was then played again from its start on another, so nothing above counts a cut-off attempt."""
 
 
 class EnvPool:
@@ -228,7 +243,10 @@ class Rollouts:
             healthy = True
             try:
                 started = time.perf_counter()  # waiting for an env is not episode time
-                await self._play(env, policy, rollout, options, seed)
+                reset = functools.partial(self.in_thread, env.reset)
+                await self.play(
+                    reset, functools.partial(self.in_thread, env.step), policy, rollout, options, seed
+                )
             except Exception as exc:
                 # After a model failure or a rejected action the env is fine (the next reset starts
                 # afresh); after anything else it may not be, so it is replaced.
@@ -241,23 +259,34 @@ class Rollouts:
         rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
         return rollout
 
-    async def _play(
+    async def play(
         self,
-        env: gym.Env,
+        reset: Callable[..., Awaitable[tuple[Mapping[str, Any], Mapping[str, Any]]]],
+        step: Callable[[Any], Awaitable[StepOutcome]],
         policy: Policy,
         rollout: Rollout,
         options: Mapping[str, Any] | None,
         seed: int | None,
+        actions: list[Any] | None = None,
     ) -> None:
-        """The episode loop, filling ``rollout`` as it goes."""
-        rollout.observation, rollout.info = await self.in_thread(env.reset, seed=seed, options=options)
-        reward: SupportsFloat = 0.0  # gymnasium's reward type
+        """The episode loop, on an env's async ``reset(seed=, options=)`` and ``step(action)``, filling
+        ``rollout`` (from scratch) as it goes. ``actions`` holds the policy's actions so far: an episode
+        played again from its start (its env server died) sends those first, and asks the policy only
+        for the turns after them, so the policy sees each observation once."""
+        actions = [] if actions is None else actions
+        rollout.observation, rollout.info = await reset(seed=seed, options=options)
+        rollout.reward, rollout.terminated, rollout.truncated = 0.0, False, False
+        rollout.turns, rollout.parallel_turns, rollout.calls = 0, 0, []
         while not (rollout.terminated or rollout.truncated):
-            action = await policy(rollout.observation, rollout.info)
+            if rollout.turns < len(actions):
+                action = actions[rollout.turns]
+            else:
+                action = await policy(rollout.observation, rollout.info)
+                actions.append(action)
             if isinstance(action, Mapping) and len(action.get("tool_calls") or ()) > 1:
                 rollout.parallel_turns += 1
-            step = await self.in_thread(env.step, action)
-            rollout.observation, reward, rollout.terminated, rollout.truncated, rollout.info = step
+            outcome = await step(action)
+            rollout.observation, reward, rollout.terminated, rollout.truncated, rollout.info = outcome
             rollout.reward = float(reward)
             rollout.turns += 1
             rollout.calls.extend(rollout.info.get("calls") or ())

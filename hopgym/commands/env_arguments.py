@@ -41,3 +41,16 @@ def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
         if value is not None:
             kwargs[key] = value
     return kwargs
+
+
+def add_env_url_argument(parser: argparse.ArgumentParser) -> None:
+    """``--env-url``: episodes played on ``hopgym serve env`` servers (read by ``serve.env_rollouts``)."""
+    parser.add_argument(
+        "--env-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a hopgym serve env server to play episodes on (repeatable: each episode goes to the least "
+        "loaded; one that dies has its episodes played again on another); the servers must serve --env "
+        "with these env kwargs; their API key from $HOPGYM_SERVE_API_KEY (default: in this process)",
+    )

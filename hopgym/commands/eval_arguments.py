@@ -7,8 +7,14 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
+from hopgym.commands.env_arguments import (
+    add_env_arguments,
+    add_env_url_argument,
+    env_kwargs_from,
+    parse_key_values,
+)
 from hopgym.commands.model_arguments import concurrency_of, max_reply_bytes, model_argument, model_extra_from
+from hopgym.commands.serve import env_rollouts
 
 if TYPE_CHECKING:
     from hopgym.agents.evaluation.episode_runner import EvalConfig
@@ -17,6 +23,7 @@ if TYPE_CHECKING:
 def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     """Every option of ``hopgym eval`` (read back by :func:`eval_config`)."""
     add_env_arguments(parser)
+    add_env_url_argument(parser)
     parser.add_argument("--agent", default="fc", help="fc | react | codeact | direct | kgetool (default: fc)")
     parser.add_argument(
         "--model",
@@ -142,4 +149,5 @@ def eval_config(args: argparse.Namespace, endpoint: dict[str, Any], out: Path, a
         executor=args.executor,
         ray_address=args.ray_address,
         training=model_stages(args.model),
+        make_rollouts=env_rollouts(args),
     )

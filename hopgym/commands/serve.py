@@ -11,10 +11,14 @@ import socket
 import stat
 import sys
 import time
+from typing import TYPE_CHECKING
 
 from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from
 from hopgym.commands.model_arguments import model_argument
 from hopgym.errors import ConfigError, ModelError
+
+if TYPE_CHECKING:
+    from hopgym.agents.evaluation.rollouts import RolloutsFactory
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
 KEY_FILE_LIMIT = 4096
@@ -117,6 +121,33 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         f"0: never (default: {SESSION_TIMEOUT:g})",
     )
     env.set_defaults(func=serve_env)
+
+    fleet = servers.add_parser(
+        "fleet",
+        help="env servers on a Ray cluster's nodes, for --env-url (needs hopgym[serve,ray])",
+        description="Starts --servers env servers as Ray actors spread over the cluster's nodes, each "
+        "serving as serve env does on its node's address, prints their --env-url options, and waits until "
+        "stopped (the servers stop with it; a dead node's are gone, and the clients play their episodes on "
+        f"the others). The servers' key is read from --api-key-file or ${API_KEY_VARIABLE}; clients read "
+        f"it from ${API_KEY_VARIABLE}.",
+    )
+    add_env_arguments(fleet)
+    fleet.add_argument("--servers", type=int, required=True, help="env servers to start")
+    fleet.add_argument(
+        "--ray-address", help="the Ray cluster to join (default: RAY_ADDRESS, else a new local instance)"
+    )
+    fleet.add_argument(
+        "--cpus-per-server", type=float, default=1.0, help="a node's CPUs each server takes (default: 1)"
+    )
+    fleet.add_argument(
+        "--max-sessions", type=int, default=8, help="envs (sessions) each server keeps at once (default: 8)"
+    )
+    fleet.add_argument(
+        "--api-key-file",
+        metavar="PATH",
+        help=f"the servers' key (as serve env's; default: ${API_KEY_VARIABLE})",
+    )
+    fleet.set_defaults(func=serve_fleet)
 
 
 def _serve_until_stopped(server, model_string: str) -> int:
@@ -253,3 +284,41 @@ def serve_env(args: argparse.Namespace) -> int:
         print("(Ctrl-C stops the server)", flush=True)
         server.run(sockets=[listener])
     raise KeyboardInterrupt  # uvicorn returns once a signal stopped it
+
+
+def serve_fleet(args: argparse.Namespace) -> int:
+    from hopgym.envs.env_options import check_env_options
+
+    api_key = served_api_key(None, args.api_key_file)
+    if api_key is None:
+        raise ConfigError(
+            f"a fleet's servers listen on their nodes' addresses: give their key in ${API_KEY_VARIABLE} or "
+            "--api-key-file PATH"
+        )
+    env_kwargs = env_kwargs_from(args)
+    check_env_options(args.env, env_kwargs)
+    try:
+        from hopgym.agents.adapters.ray_fleet import EnvFleet
+    except ImportError as exc:
+        raise ConfigError(f"hopgym serve fleet needs hopgym[serve,ray]: ({exc})") from exc
+    with EnvFleet(
+        args.servers, args.env, env_kwargs, args.max_sessions, args.cpus_per_server, args.ray_address, api_key
+    ) as fleet:
+        print("ready: " + " ".join(f"--env-url {url}" for url in fleet.urls), flush=True)
+        print(f"env: {args.env}, {args.servers} servers (Ctrl-C stops them)", flush=True)
+        while True:
+            time.sleep(3600)
+
+
+def env_rollouts(args: argparse.Namespace) -> RolloutsFactory:
+    """Where ``--env-url`` asks the episodes to play: in process, or on those servers, with the key of the
+    variable ``hopgym serve env`` reads its own from."""
+    from hopgym.agents.evaluation.rollouts import Rollouts
+
+    if not args.env_url:
+        return Rollouts
+    try:
+        from hopgym.agents.adapters.remote_rollouts import on_servers
+    except ImportError as exc:
+        raise ConfigError(f"--env-url needs the serve extra: pip install 'hopgym[serve]' ({exc})") from exc
+    return on_servers(args.env_url, os.environ.get(API_KEY_VARIABLE) or None)

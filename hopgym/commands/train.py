@@ -8,8 +8,14 @@ import json
 from pathlib import Path
 
 from hopgym.commands import add_actions
-from hopgym.commands.env_arguments import add_env_arguments, env_kwargs_from, parse_key_values
+from hopgym.commands.env_arguments import (
+    add_env_arguments,
+    add_env_url_argument,
+    env_kwargs_from,
+    parse_key_values,
+)
 from hopgym.commands.model_arguments import model_argument
+from hopgym.commands.serve import env_rollouts
 from hopgym.errors import ConfigError
 from hopgym.train.config import EMBEDDED, TrainConfig
 
@@ -29,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "hopgym train grpo --model runs/sft --env KGTool-v0 --max-steps 30 --out runs/train",
     )
     add_env_arguments(grpo, default_env=defaults.env_id)
+    add_env_url_argument(grpo)
     grpo.add_argument("--limit", type=int, help="train on the first N tasks")
     grpo.add_argument("--sample", type=int, metavar="N", help="train on N tasks drawn stratified (as eval)")
     grpo.add_argument("--seed", type=int, default=defaults.seed, help="seed of --sample and of the trainer")
@@ -151,7 +158,7 @@ def run_grpo(args: argparse.Namespace) -> int:
     check_installed()
     from hopgym.train.grpo import train
 
-    last = train(config_from(args), resume=args.resume)
+    last = train(config_from(args), resume=args.resume, make_rollouts=env_rollouts(args))
     summary = {key: last.get(key) for key in ("step", "loss", "reward", "env_reward", "statuses")}
     print(json.dumps(summary))
     return 0
