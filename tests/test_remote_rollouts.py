@@ -151,20 +151,21 @@ def test_a_server_at_capacity_refuses_and_the_episode_plays_on_the_other() -> No
     assert sum(r.server == small for r in played) >= 1
 
 
+async def _first_toolhop_episode(url: str, concurrency: int) -> Rollout:
+    """ToolHop-v0's task 0 played through ``url`` alone, with the first script's policy."""
+    rollouts = on_servers([url])("ToolHop-v0", None, concurrency)
+    await rollouts.start()
+    try:
+        return await rollouts.episode(Policies().of(0), {"index": 0})
+    finally:
+        await rollouts.close()
+
+
 def test_with_every_server_dead_an_episode_ends_with_an_error_naming_them() -> None:
     with env_servers(1) as [(url, process)]:
         process.kill()
         process.wait()
-
-        async def scenario() -> Rollout:
-            rollouts = on_servers([url])("ToolHop-v0", None, 2)
-            await rollouts.start()
-            try:
-                return await rollouts.episode(Policies().of(0), {"index": 0})
-            finally:
-                await rollouts.close()
-
-        rollout = asyncio.run(scenario())
+        rollout = asyncio.run(_first_toolhop_episode(url, concurrency=2))
     assert rollout.error is not None and rollout.error.startswith("EnvServerError: every env server failed")
     assert rollout.server is None and len(rollout.cut_off) == 2
     assert all(entry.startswith(f"{url}: no session") for entry in rollout.cut_off)
@@ -173,16 +174,7 @@ def test_with_every_server_dead_an_episode_ends_with_an_error_naming_them() -> N
 
 def test_a_server_of_another_env_is_refused_naming_both_ids() -> None:
     with env_servers(1, "--env", "FamilyTool-v0") as [(url, _)]:
-
-        async def scenario() -> Rollout:
-            rollouts = on_servers([url])("ToolHop-v0", None, 1)
-            await rollouts.start()
-            try:
-                return await rollouts.episode(Policies().of(0), {"index": 0})
-            finally:
-                await rollouts.close()
-
-        rollout = asyncio.run(scenario())
+        rollout = asyncio.run(_first_toolhop_episode(url, concurrency=1))
     assert rollout.error == (
         f"ConfigError: env server {url} serves FamilyTool-v0, not ToolHop-v0: give the --env it serves"
     )
