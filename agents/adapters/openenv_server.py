@@ -40,7 +40,6 @@ from starlette.websockets import WebSocketDisconnect
 from hopgym import __version__
 from hopgym.agents.adapters.mcp_tools import McpCallResult, McpTool, call_tool, mcp_tools
 from hopgym.agents.adapters.openenv_core import (
-    Action,
     CallToolAction,
     EnvironmentMetadata,
     ListToolsObservation,
@@ -190,9 +189,10 @@ class HopgymEnvironment(MCPEnvironment):
         self._sent, self._sent_tools = [], None
         return self._observation(HopgymObservation, observation, 0.0, False, False, info)
 
-    def _step_impl(self, action: Action, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
-        if not isinstance(action, HopgymAction):
-            raise ActionError(f"a {type(action).__name__} is no hopgym action; send an assistant message")
+    def _step_impl(
+        self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> HopgymObservation:
+        """A hopgym action (the MCP ones are answered before: :class:`HopgymAction` parses only these)."""
         env = self._running_env()
         if action.code is not None and not (self._served.allow_unisolated_code or isolates_files(env)):
             raise ActionError(
