@@ -175,7 +175,8 @@ def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
     server: tuple[str, subprocess.Popen],
 ) -> None:
     """The client's chat and tools equal the in-process observation's at every step, while each step's
-    frame carries only the messages the session had not seen (``messages_from`` says where they start) and
+    frame of a session that asked for delta frames (as hopgym's client does) carries only the messages the
+    session had not seen (``messages_from`` says where they start) and
     no tools when they are the ones sent before (``same_tools``)."""
     from hopgym.agents.adapters.openenv_client import HopgymEnvClient
     from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation
@@ -201,7 +202,7 @@ def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
                 results.append(await client.step(HopgymAction.of(chosen)))
         async with connect(url.replace("http://", "ws://") + "/ws") as ws:
             frames = []
-            for message in [{"type": "reset", "data": {"index": 2}}] + [
+            for message in [{"type": "reset", "data": {"index": 2, "delta_frames": True}}] + [
                 {"type": "step", "data": HopgymAction.of(a).model_dump(exclude_none=True)} for a in actions
             ]:
                 await ws.send(json.dumps(message))

@@ -20,8 +20,8 @@ import contextlib
 import json
 from typing import Any
 
-from websockets.asyncio.client import connect as ws_connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
+from websockets.protocol import State
 
 from hopgym.agents.adapters.openenv_core import EnvClient, StepResult
 from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
@@ -37,36 +37,38 @@ a new task for every message received."""
 class HopgymEnvClient(EnvClient[HopgymAction, HopgymObservation, HopgymState]):
     """One session of a ``hopgym serve env`` server. ``api_key``: the server's, when it has one."""
 
-    _ws: Any  # EnvClient's connection (openenv-core is untyped)
+    _ws: Any  # EnvClient's connection (openenv is untyped)
 
     def __init__(self, base_url: str, api_key: str | None = None, **options: Any) -> None:
+        if api_key is not None:
+            options["headers"] = {**options.get("headers", {}), "Authorization": f"Bearer {api_key}"}
         super().__init__(base_url, **options)
-        self._api_key = api_key
         self._messages: list[dict[str, Any]] = []
         """The session's chat so far, rebuilt from each observation's new messages."""
         self._tools: list[dict[str, Any]] | None = None
         """The tools the server sent last (a step whose tools are the same sends none)."""
 
-    async def connect(self) -> HopgymEnvClient:
-        if self._api_key is None:
-            await super().connect()
-            return self
-        if self._ws is None:
-            try:
-                self._ws = await ws_connect(
-                    self._ws_url,
-                    open_timeout=self._connect_timeout,
-                    max_size=self._max_message_size,
-                    additional_headers={"Authorization": f"Bearer {self._api_key}"},
-                )
-            except InvalidStatus as exc:
-                raise EnvServerError(f"{self._ws_url} refused the session: {exc}") from exc
+    async def _connect_async(self) -> HopgymEnvClient:
+        """Connect once: a session the server closed (idle, at capacity) is an :class:`EnvServerError` with
+        its reason, not a new session opened behind the caller's back (openenv reconnects), whose episode
+        would be gone; a refused handshake (a wrong API key) is one too."""
+        if self._ws is not None and self._ws.state is State.CLOSED:
+            protocol = self._ws.protocol
+            closed = ConnectionClosed(protocol.close_rcvd, protocol.close_sent, protocol.close_rcvd_then_sent)
+            raise EnvServerError(await self._closed_reason(closed))
+        try:
+            await super()._connect_async()
+        except ConnectionError as exc:
+            if isinstance(exc.__cause__, InvalidStatus):
+                raise EnvServerError(f"{self._ws_url} refused the session: {exc.__cause__}") from exc
+            raise
         return self
 
-    async def reset(self, **kwargs: Any) -> StepResult[HopgymObservation]:
-        """A new episode: a reset's frame always carries its tools, so none are kept from the last one."""
+    async def _reset_async(self, **kwargs: Any) -> StepResult[HopgymObservation]:
+        """A new episode, in delta frames (a step sends only what is new): a reset's frame always carries
+        its tools, so none are kept from the last one."""
         self._tools = None
-        return await super().reset(**kwargs)  # type: ignore[no-any-return]
+        return await super()._reset_async(delta_frames=True, **kwargs)  # type: ignore[no-any-return]
 
     async def _receive(self) -> dict[str, Any]:
         if _timeout is None:

@@ -1,6 +1,6 @@
-"""The openenv-core names hopgym's OpenEnv server and client use, imported without Gradio.
+"""The openenv names hopgym's OpenEnv server and client use, imported without Gradio.
 
-openenv-core's package imports its Gradio web interface whenever Gradio is installed (openenv-core requires
+openenv's package imports its Gradio web interface whenever Gradio is installed (openenv requires
 it), and falls back to none when Gradio cannot be imported. hopgym's server never mounts that interface and
 its client never shows one, while Gradio's import costs about 5 s of CPU in every process that loads openenv
 (each server, each client). So Gradio is kept out while openenv's package loads, and only then: a later
@@ -35,15 +35,33 @@ from openenv.core.client_types import StepResult
 from openenv.core.env_client import EnvClient
 from openenv.core.env_server import create_app
 from openenv.core.env_server.interfaces import Environment
+from openenv.core.env_server.mcp_environment import MCPEnvironment
+from openenv.core.env_server.mcp_types import (
+    CallToolAction,
+    CallToolObservation,
+    ListToolsAction,
+    ListToolsObservation,
+    Tool,
+    ToolError,
+    ToolErrorType,
+)
 from openenv.core.env_server.types import Action, EnvironmentMetadata, Observation, State
 
 __all__ = [
     "Action",
+    "CallToolAction",
+    "CallToolObservation",
     "EnvClient",
     "Environment",
     "EnvironmentMetadata",
+    "ListToolsAction",
+    "ListToolsObservation",
+    "MCPEnvironment",
     "Observation",
     "State",
     "StepResult",
+    "Tool",
+    "ToolError",
+    "ToolErrorType",
     "create_app",
 ]

@@ -1,4 +1,9 @@
-"""``hopgym serve env``: a hopgym env as an OpenEnv server, built on openenv-core's ``create_app``.
+"""``hopgym serve env``: a hopgym env as an OpenEnv MCP environment, served by openenv's ``create_app``.
+
+Stock OpenEnv clients get whole observations; hopgym's own client asks for delta frames at reset. MCP
+actions list the episode's task's tools and call them through ``env.step`` in the sandbox, with OpenEnv's
+typed error mapped from the call status (:mod:`hopgym.agents.adapters.mcp_tools`); the same tools answer
+JSON-RPC ``tools/list`` / ``tools/call`` on ``/mcp`` in an HTTP MCP session (``openenv/session/create``).
 
 Each WebSocket session (``/ws``) gets its own env, made at its first ``reset`` and closed, with its sandbox
 workers, when the session ends or its connection drops (openenv closes the session's environment either
@@ -23,14 +28,33 @@ import hmac
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import gymnasium as gym
+from fastmcp import FastMCP
+from fastmcp.tools.base import Tool as FastMCPTool
+from fastmcp.tools.base import ToolResult
+from pydantic import PrivateAttr
 from starlette.websockets import WebSocketDisconnect
 
 from hopgym import __version__
-from hopgym.agents.adapters.openenv_core import Environment, EnvironmentMetadata, create_app
-from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
+from hopgym.agents.adapters.mcp_tools import McpCallResult, McpTool, call_tool, mcp_tools
+from hopgym.agents.adapters.openenv_core import (
+    CallToolAction,
+    EnvironmentMetadata,
+    ListToolsObservation,
+    MCPEnvironment,
+    Tool,
+    ToolError,
+    ToolErrorType,
+    create_app,
+)
+from hopgym.agents.adapters.openenv_types import (
+    HopgymAction,
+    HopgymObservation,
+    HopgymState,
+    HopgymToolObservation,
+)
 from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.tooltasks.env import ToolTasksEnv
@@ -42,6 +66,7 @@ IDLE_CLOSE_CODE = 4408
 """The WebSocket close code of a session closed for idleness (4000-4999 are private; 408: HTTP's timeout)."""
 ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
 """The option by which the operator lets tool code run where the sandbox does not isolate the files."""
+ObservationT = TypeVar("ObservationT", HopgymObservation, HopgymToolObservation)
 
 
 @dataclass
@@ -120,46 +145,129 @@ class ServedEnv:
             self.release(env)
 
 
-class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState]):
-    """One session's env behind OpenEnv's ``Environment`` interface."""
+class HopgymEnvironment(MCPEnvironment):
+    """One session's env behind OpenEnv's MCP environment interface: hopgym actions (assistant messages)
+    step the env; ``ListToolsAction`` lists the tools of the episode's task and ``CallToolAction`` runs
+    one of them as one turn through ``env.step`` (:mod:`hopgym.agents.adapters.mcp_tools`)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 
     def __init__(self, served: ServedEnv) -> None:
-        super().__init__()
+        super().__init__(FastMCP(f"hopgym {served.env_id}"))
         self._served = served
         self._env: gym.Env | None = None
         self._state = HopgymState(env_id=served.env_id)
+        self._tools: list[dict[str, Any]] = []
+        """The tools the episode's task offers."""
+        self._published: set[str] = set()
+        """The names of the tools on the session's MCP server."""
+        self._delta_frames = False
+        """Whether the client asked at reset for delta frames (hopgym's client does; stock ones get whole
+        observations)."""
         self._sent: list[dict[str, Any]] = []
         """The chat as the session's client has it (what the last observation sent it made up)."""
         self._sent_tools: list[dict[str, Any]] | None = None
         """The tools the session's client has (None: none sent yet in this episode)."""
 
     def reset(
-        self, seed: int | None = None, episode_id: str | None = None, **options: Any
+        self,
+        seed: int | None = None,
+        episode_id: str | None = None,
+        delta_frames: bool = False,
+        **options: Any,
     ) -> HopgymObservation:
-        """Start an episode: ``options`` are the env's reset options (``task_id`` or ``index``)."""
+        """Start an episode: ``options`` are the env's reset options (``task_id`` or ``index``);
+        ``delta_frames``: send each step's new messages only, and tools only when they changed."""
         if self._env is None:
             self._env = self._served.open()
         observation, info = self._env.reset(seed=seed, options=options or None)
         self._state = HopgymState(
             env_id=self._served.env_id, episode_id=episode_id, task_id=info.get("task_id")
         )
+        self._publish(observation["tools"])
+        self._delta_frames = delta_frames is True
         self._sent, self._sent_tools = [], None
-        return self._observation(observation, 0.0, False, False, info)
+        return self._observation(HopgymObservation, observation, 0.0, False, False, info)
 
-    def step(self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any) -> HopgymObservation:
-        if self._env is None:
-            raise HopgymError("step() called before reset(); call reset()")
-        if action.code is not None and not (self._served.allow_unisolated_code or isolates_files(self._env)):
+    def _step_impl(
+        self, action: HopgymAction, timeout_s: float | None = None, **kwargs: Any
+    ) -> HopgymObservation:
+        """A hopgym action (the MCP ones are answered before: :class:`HopgymAction` parses only these)."""
+        env = self._running_env()
+        if action.code is not None and not (self._served.allow_unisolated_code or isolates_files(env)):
             raise ActionError(
                 "this server refuses CodeAct code: its sandbox does not isolate the files (isolation "
                 f"'none'), so code would read the server's data; send tool_calls or a final answer, or ask "
                 f"the operator to restart it with an isolating sandbox (or {ALLOW_UNISOLATED_CODE})"
             )
-        observation, reward, terminated, truncated, info = self._env.step(action.message())
+        observation, reward, terminated, truncated, info = env.step(action.message())
         self._state.step_count += 1
-        return self._observation(observation, float(reward), bool(terminated), bool(truncated), info)
+        return self._observation(
+            HopgymObservation, observation, float(reward), bool(terminated), bool(truncated), info
+        )
+
+    async def _async_handle_list_tools(self) -> ListToolsObservation:
+        """The tools of the episode's task (none before the first reset)."""
+        listed = mcp_tools({"tools": self._tools})
+        return ListToolsObservation(
+            tools=[
+                Tool(name=t["name"], description=t["description"], input_schema=t["inputSchema"])
+                for t in listed
+            ]
+        )
+
+    async def _async_handle_call_tool(
+        self, action: CallToolAction, timeout_s: float | None = None
+    ) -> HopgymToolObservation:
+        """One tool call through ``env.step`` (in a worker thread: the sandbox call blocks), within the env's
+        own call deadline (``timeout_s`` is not applied: the env's ``timeout`` status is the answer)."""
+        called = await self._call_in_thread(action.tool_name, action.arguments)
+        error = None
+        if called.error_type is not None:
+            error = ToolError(error_type=ToolErrorType(called.error_type), message=called.text)
+        result = {"content": [{"type": "text", "text": called.text}], "isError": error is not None}
+        return self._observation(
+            HopgymToolObservation,
+            called.observation,
+            called.reward,
+            called.terminated,
+            called.truncated,
+            called.info,
+            tool_name=action.tool_name,
+            result=result,
+            error=error,
+            status=called.status,
+        )
+
+    def _publish(self, tools: list[dict[str, Any]]) -> None:
+        """Offer the episode's tools on the session's MCP server too (``tools/list`` and ``tools/call`` of
+        JSON-RPC on ``/mcp``), in place of the last episode's (removed by name: once per name, as the server
+        holds one tool of a name however often a task lists it)."""
+        provider = self.mcp_server.local_provider
+        for name in self._published:
+            provider.remove_tool(name)
+        self._tools = tools
+        listed = mcp_tools({"tools": tools})
+        self._published = set()
+        for tool in listed:
+            if tool["name"] not in self._published:
+                provider.add_tool(EpisodeTool.of(tool, self._call_in_thread))
+                self._published.add(tool["name"])
+
+    async def _call_in_thread(self, name: str, arguments: dict[str, Any]) -> McpCallResult:
+        """:func:`call_tool` on the session's env, in a worker thread (the sandbox call blocks)."""
+        env = self._running_env()
+        call_id = f"call_{self._state.step_count + 1}_0"  # the env's id for an OpenAI call without one
+        called = await asyncio.get_running_loop().run_in_executor(
+            None, call_tool, env, name, arguments, call_id
+        )
+        self._state.step_count += 1
+        return called
+
+    def _running_env(self) -> gym.Env:
+        if self._env is None:
+            raise HopgymError("step() called before reset(); call reset()")
+        return self._env
 
     @property
     def state(self) -> HopgymState:
@@ -176,26 +284,33 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
         env, self._env = self._env, None
         if env is not None:
             self._served.release(env)
+        super().close()
 
     def _observation(
         self,
+        kind: type[ObservationT],
         observation: Mapping[str, Any],
         reward: float,
         terminated: bool,
         truncated: bool,
         info: dict[str, Any],
-    ) -> HopgymObservation:
-        """The observation to send: the messages the client has not seen yet, or the whole chat when the
-        env's chat does not extend what was sent (a new episode, or an env that rewrites its history); the
-        tools only when they are not the ones sent before. (The env hands back the same message and tool
-        dicts at every step, so these comparisons stop at identity.)"""
+        **fields: Any,
+    ) -> ObservationT:
+        """The observation to send: the whole chat and tools; with delta frames, the messages the client
+        has not seen yet, or the whole chat when the env's chat does not extend what was sent (a new
+        episode, or an env that rewrites its history), and the tools only when they are not the ones sent
+        before. (The env hands back the same message and tool dicts at every step, so these comparisons
+        stop at identity.)"""
         messages, tools = observation["messages"], observation["tools"]
-        start = len(self._sent)
-        if len(messages) < start or messages[:start] != self._sent:
-            start = 0
-        same_tools = tools == self._sent_tools
+        start, same_tools = 0, False
+        if self._delta_frames:
+            start = len(self._sent)
+            if len(messages) < start or messages[:start] != self._sent:
+                start = 0
+            same_tools = tools == self._sent_tools
+            self._sent, self._sent_tools = list(messages), tools  # what the client holds once this is out
         # Validated: pydantic's validation of plain JSON data costs less than its model_construct.
-        sent = HopgymObservation(
+        return kind(
             messages=messages[start:],
             messages_from=start,
             tools=[] if same_tools else tools,
@@ -205,9 +320,32 @@ class HopgymEnvironment(Environment[HopgymAction, HopgymObservation, HopgymState
             done=terminated or truncated,
             terminated=terminated,
             truncated=truncated,
+            **fields,
         )
-        self._sent, self._sent_tools = list(messages), tools  # what the client holds once this frame is out
-        return sent
+
+
+class EpisodeTool(FastMCPTool):  # type: ignore[misc]  # fastmcp's Tool is untyped where mypy reads it
+    """One tool of the episode's task on the session's FastMCP server: its JSON schema as the task gives it,
+    and a call that runs through the env (an MCP error result for any status but ``ok``)."""
+
+    _call: Callable[[str, dict[str, Any]], Awaitable[McpCallResult]] = PrivateAttr()
+
+    @classmethod
+    def of(
+        cls, tool: McpTool, call: Callable[[str, dict[str, Any]], Awaitable[McpCallResult]]
+    ) -> EpisodeTool:
+        made = cls(name=tool["name"], description=tool["description"], parameters=tool["inputSchema"])
+        made._call = call
+        return made
+
+    async def run(self, arguments: dict[str, Any]) -> ToolResult:
+        called = await self._call(self.name, arguments)
+        fields = {"status": called.status, "error_type": called.error_type, "reward": called.reward}
+        return ToolResult(
+            content=called.text,
+            structured_content={**fields, "done": called.done},
+            is_error=called.error_type is not None,
+        )
 
 
 def isolates_files(env: gym.Env) -> bool:

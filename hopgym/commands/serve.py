@@ -77,9 +77,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     env = servers.add_parser(
         "env",
         help="an env as an OpenEnv server (WebSocket sessions at /ws; needs hopgym[serve])",
-        description="Serves the env over OpenEnv's protocol (openenv-core): each WebSocket session at /ws "
-        "gets its own env, closed with its sandbox workers when the session ends or drops. Clients choose "
-        "tasks (reset task_id= or index=) and send actions; the env and its kwargs are fixed here.",
+        description="Serves the env over OpenEnv's protocol (openenv; MCP tools): each WebSocket session "
+        "at /ws gets its own env, closed with its sandbox workers when the session ends or drops. Clients "
+        "choose tasks (reset task_id= or index=) and send actions; the env and its kwargs are fixed here.",
     )
     add_env_arguments(env)
     env.add_argument("--port", type=int, default=0, help="port (default: a free one)")
