@@ -16,6 +16,7 @@ query-level columns and the env's paper columns from that episode (the columns o
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import sys
 from collections.abc import Iterator, Mapping
@@ -113,7 +114,7 @@ class HopgymTask(vf.Task[HopgymData, vf.State, HopgymTaskConfig]):
     @vf.reward
     async def hopgym(self, task: HopgymData, trace: vf.Trace) -> Mapping[str, float]:
         """hopgym's reward and, at weight 0, its columns; the replay's episode must be the rollout's."""
-        episode = replay(task, trace)
+        episode = await asyncio.to_thread(replay, task, trace)  # the env worker's loop serves other rollouts
         trace.record_metrics(episode_columns(episode["outcome"], episode["metrics"]))
         return {"reward": float(episode["outcome"]["reward"])}
 
