@@ -170,9 +170,24 @@ def paper_metrics(env: gym.Env) -> tuple[str, ...]:
     return ()
 
 
+def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> dict[str, float]:
+    """An episode's columns (its outcome: ``correct``, ``calls``, terminal ``metrics``): answer correctness,
+    ToolHop's query-level columns (each 0 or 1, so that their mean is the paper's figure) and the env's
+    ``metrics`` keys, a value the env reports as not applicable (None) counting 0. The legacy rubric and
+    the v1 taskset both report these."""
+    errors = set().union(*(call_error_types(call) for call in episode.get("calls", ())))
+    columns = {"answer_correctness": float(bool(episode.get("correct")))}
+    for error_type in (None, *INVOCATION_ERROR_TYPES):
+        columns[f"{error_type or 'invocation_error'}_query"] = float(
+            bool(errors) if error_type is None else error_type in errors
+        )
+    for key in metrics:
+        columns[key] = float(episode.get("metrics", {}).get(key) or 0.0)
+    return columns
+
+
 def hopgym_rubric(metrics: Sequence[str] = ()) -> vf.Rubric:
-    """hopgym's reward; answer correctness, ToolHop's query-level columns and the env's ``metrics`` keys
-    (its terminal ``info["metrics"]``) as metrics (weight 0)."""
+    """hopgym's reward; the episode's :func:`episode_columns` as metrics (weight 0)."""
 
     def episode(state: vf.State) -> Mapping[str, Any]:
         return state.get(EPISODE) or {}
@@ -180,28 +195,14 @@ def hopgym_rubric(metrics: Sequence[str] = ()) -> vf.Rubric:
     async def reward(state: vf.State) -> float:
         return float(episode(state).get("reward", 0.0))
 
-    async def answer_correctness(state: vf.State) -> float:
-        return float(bool(episode(state).get("correct")))
+    def column(name: str) -> Any:
+        async def value(state: vf.State) -> float:
+            return episode_columns(episode(state), metrics)[name]
 
-    def query_column(error_type: str | None) -> Any:
-        async def column(state: vf.State) -> float:
-            errors = set().union(*(call_error_types(call) for call in episode(state).get("calls", ())))
-            return float(bool(errors) if error_type is None else error_type in errors)
-
-        column.__name__ = f"{error_type or 'invocation_error'}_query"
-        return column
-
-    def env_column(key: str) -> Any:
-        async def column(state: vf.State) -> float:
-            return float(episode(state).get("metrics", {}).get(key) or 0.0)
-
-        column.__name__ = key
-        return column
+        value.__name__ = name
+        return value
 
     rubric = vf.Rubric(funcs=[reward], weights=[1.0])
-    rubric.add_metric(answer_correctness)
-    for error_type in (None, *INVOCATION_ERROR_TYPES):
-        rubric.add_metric(query_column(error_type))
-    for key in metrics:
-        rubric.add_metric(env_column(key))
+    for name in episode_columns({}, metrics):
+        rubric.add_metric(column(name))
     return rubric
