@@ -1,5 +1,20 @@
+"""The code policy tool code is compiled and run under: plain Python here (the OS-level isolation is the
+boundary), or ``restricted``, RestrictedPython's, from ``policy.py``.
+
+One of the worker's modules (``isolation.WORKER_FILES``): it runs inside the sandbox, so it imports only the
+standard library and the worker's own modules.
+"""
+
+from __future__ import annotations
+
+import builtins
+import marshal
+import types
+from binascii import a2b_base64
+from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
+
 _unmarshal = marshal.loads
-# ------------------------------------------------------------------------------------------------- policy
+"""The worker's own reference: tool code may patch the marshal module."""
 
 
 class PlainPolicy:
@@ -28,19 +43,10 @@ class PlainPolicy:
 
 
 def load_policy(name: str | None):
-    """The code policy; ``restricted`` loads ``policy.py`` from next to this file."""
+    """The code policy; ``restricted`` is ``policy.py``'s, imported only when asked for (it needs
+    RestrictedPython, which the worker imports from the config's ``python_path``)."""
     if name is None:
         return PlainPolicy()
-    import importlib.util
+    from hopgym.sandbox.policy import make_policy
 
-    here = os.path.dirname(os.path.abspath(__file__))
-    if os.path.basename(here) == "__pycache__":  # run from its compiled form (see isolation.worker_program)
-        here = os.path.dirname(here)
-    path = os.path.join(here, "policy.py")
-    spec = importlib.util.spec_from_file_location("hopgym_worker_policy", path)
-    assert spec is not None and spec.loader is not None  # a .py path always has a source loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.make_policy(name)
-
-
+    return make_policy(name)

@@ -1,12 +1,37 @@
+"""The worker's request handler: one episode's ``load``, ``call`` and ``execute`` requests served on the
+protocol stream, once :func:`serve_episode` has hardened the process and said ``ready``.
+
+One of the worker's modules (``isolation.WORKER_FILES``): it runs inside the sandbox, so it imports only the
+standard library and the worker's own modules.
+"""
+
+from __future__ import annotations
+
+import builtins
+import os
+import sys
+import types
+from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
+
+from hopgym.sandbox.hardening import apply_rlimits, drop_privileges
+from hopgym.sandbox.wire import (
+    PROTOCOL_VERSION,
+    CappedOutput,
+    Channel,
+    describe_error,
+    dumps,
+    encode_value,
+    loads,
+    status_of,
+)
+
+
 class ToolCallRefused(Exception):
     """Raised inside executed code when the host's hook refuses a tool call."""
 
 
 class ToolError(Exception):
     """Raised inside executed code when a tool call failed in a way no builtin exception names."""
-
-
-# ----------------------------------------------------------------------------------------------- episodes
 
 
 class Worker:
@@ -42,8 +67,8 @@ class Worker:
         """Execute each source in ``namespace``; one ``"source <index>: <error>"`` per failing source.
 
         A source is its text, compiled here by the policy, or ``{"code": base64}``: code the host compiled
-        for this interpreter (see :meth:`PlainPolicy.load_code`). Every source is compiled or read before
-        any of them runs, so no data of the host is read after tool code ran."""
+        for this interpreter (see ``code_policy.PlainPolicy.load_code``). Every source is compiled or read
+        before any of them runs, so no data of the host is read after tool code ran."""
         errors = []
         sink = CappedOutput(self.output_cap)
         codes: list[types.CodeType | BaseException] = []
@@ -100,7 +125,7 @@ class Worker:
             with _redirected(output):
                 value = function(**arguments)
             if request.get("as_json_text"):  # the call's value is its JSON text, or the error of making it
-                value = _dumps(value, ensure_ascii=False)
+                value = dumps(value, ensure_ascii=False)
         except BaseException as exc:
             self._send_result(status_of(exc), None, describe_error(exc), output)
             return
@@ -136,7 +161,7 @@ class Worker:
 
         def tool(*args, **kwargs):
             call_json, _ = encode_value({"args": list(args), "kwargs": kwargs}, cap)
-            channel.send({"type": "tool_call", "name": name, "call": _loads(call_json)})
+            channel.send({"type": "tool_call", "name": name, "call": loads(call_json)})
             reply = channel.receive()
             if not isinstance(reply, dict):
                 raise ToolCallRefused("no reply from the host")
@@ -227,5 +252,3 @@ def serve_episode(channel: Channel, config: dict, policy, load_seccomp, namespac
     )
     Worker(channel, policy, config["output_cap"], config["result_cap"]).serve()
     return 0
-
-

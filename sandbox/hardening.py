@@ -1,3 +1,20 @@
+"""How the worker hardens itself before it reads any request: raw namespaces (``namespaces``), rlimits, the
+uid drop and the seccomp filter; security-critical, and it changes rarely.
+
+One of the worker's modules (``isolation.WORKER_FILES``): it runs inside the sandbox, so it imports only the
+standard library and the worker's own modules (ctypes lazily, for libc and libseccomp); the host imports
+its seccomp library and device names from here (one definition each).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import resource
+import signal
+
+from hopgym.sandbox.wire import ready
+
 LIBSECCOMP = "libseccomp.so.2"
 DEVICES = ("null", "zero", "full", "random", "urandom")
 """The device nodes of the worker's own ``/dev``."""
@@ -21,23 +38,21 @@ DENIED_SYSCALLS = (
 )  # fmt: skip
 FCNTL_LOCKS = (6, 7, 37, 38)  # F_SETLK, F_SETLKW, F_OFD_SETLK, F_OFD_SETLKW
 
-_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
-_MS_REMOUNT, _MS_BIND, _MS_MOVE, _MS_REC, _MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
+MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 0x1, 0x2, 0x4, 0x8
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 0x20, 0x1000, 0x2000, 0x4000, 0x40000
 _NEW_ROOT = "/tmp"  # where the namespaces mode builds the worker's root, in its own mount namespace
 _NAMESPACE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x40000000 | 0x20000000  # mnt uts ipc net pid
-_PR_SET_PDEATHSIG = 1
-_CLONE_NEWNS, _CLONE_NEWIPC, _CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
-
-# ---------------------------------------------------------------------------------------------- hardening
+PR_SET_PDEATHSIG = 1
+CLONE_NEWNS, CLONE_NEWIPC, CLONE_NEWPID = 0x00020000, 0x08000000, 0x20000000
 
 
-def _libc():  # imported lazily: only the namespaces mode needs ctypes
+def open_libc():  # imported lazily: only the namespaces mode needs ctypes
     import ctypes
 
     return ctypes.CDLL(None, use_errno=True)
 
 
-def _check(result: int, what: str) -> None:
+def check(result: int, what: str) -> None:
     if result != 0:
         import ctypes
 
@@ -52,25 +67,25 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
 
     The calling process stays outside the new PID namespace and only relays its child's fate; the
     worker returns from this function as PID 2 of the namespace."""
-    libc = _libc()
-    _check(libc.unshare(_NAMESPACE_FLAGS), "unshare")
+    libc = open_libc()
+    check(libc.unshare(_NAMESPACE_FLAGS), "unshare")
     _fork_and_relay(libc, signal_as_code=False)  # this side stays outside the new PID namespace
 
     # Now PID 1 of the namespace. The kernel ignores default-action signals (SIGXCPU ...) sent to a
     # namespace's init, so the worker itself runs as PID 2, forked after the mounts below.
     def mount(source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
-        _mount(libc, source, target, fstype, flags, data)
+        sys_mount(libc, source, target, fstype, flags, data)
 
-    def bind(source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
-        _bind(libc, source, target, flags)
+    def bind(source: str, target: str, flags: int = MS_RDONLY | MS_NOSUID | MS_NODEV) -> None:
+        sys_bind(libc, source, target, flags)
 
     def place(path: str, directory: bool) -> str:
-        return _mount_point(_NEW_ROOT + path, directory)
+        return mount_point(_NEW_ROOT + path, directory)
 
-    mount(None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    mount(None, "/", None, MS_REC | MS_PRIVATE, None)
     # Held open while the new root is mounted over /tmp, then bound through /proc/self/fd.
     sources = [(path, os.open(path, os.O_PATH)) for path in view["binds"]]
-    mount("tmpfs", _NEW_ROOT, "tmpfs", _MS_NOSUID | _MS_NODEV, "mode=0755,size=1m")
+    mount("tmpfs", _NEW_ROOT, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for path, target in view["symlinks"]:
         os.symlink(target, _NEW_ROOT + path)
     # The private /tmp first: a bind under /tmp (a checkout or venv there) goes on top of it.
@@ -78,41 +93,43 @@ def enter_namespaces(view: dict, tmpfs_bytes: int) -> None:
         "tmpfs",
         place("/tmp", directory=True),
         "tmpfs",
-        _MS_NOSUID | _MS_NODEV,
+        MS_NOSUID | MS_NODEV,
         f"size={tmpfs_bytes},mode=1777",
     )
     for path, fd in sources:
         bind(f"/proc/self/fd/{fd}", place(path, directory=os.path.isdir(f"/proc/self/fd/{fd}")))
         os.close(fd)
-    mount("proc", place("/proc", directory=True), "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    mount("proc", place("/proc", directory=True), "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     dev = place("/dev", directory=True)
-    mount("tmpfs", dev, "tmpfs", _MS_NOSUID | _MS_NOEXEC, "mode=0755,size=64k")
+    mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
     for name in DEVICES:
-        bind(f"/dev/{name}", place(f"/dev/{name}", directory=False), _MS_NOSUID | _MS_NOEXEC)
+        bind(f"/dev/{name}", place(f"/dev/{name}", directory=False), MS_NOSUID | MS_NOEXEC)
     os.symlink("/proc/self/fd", f"{dev}/fd")
     for fd, name in enumerate(("stdin", "stdout", "stderr")):
         os.symlink(f"/proc/self/fd/{fd}", f"{dev}/{name}")
     os.chdir(_NEW_ROOT)
-    mount(_NEW_ROOT, "/", None, _MS_MOVE, None)
-    _check(libc.chroot(b"."), "chroot")
+    mount(_NEW_ROOT, "/", None, MS_MOVE, None)
+    check(libc.chroot(b"."), "chroot")
     os.chdir("/")
     for target in ("/dev", "/"):
-        mount(None, target, None, _MS_REMOUNT | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
+        mount(None, target, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, None)
     _fork_and_relay(libc, signal_as_code=True)
 
 
-def _mount(libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None) -> None:
+def sys_mount(
+    libc, source: str | None, target: str, fstype: str | None, flags: int, data: str | None
+) -> None:
     encode = lambda s: None if s is None else s.encode()  # noqa: E731
-    _check(libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
+    check(libc.mount(encode(source), encode(target), encode(fstype), flags, encode(data)), f"mount {target}")
 
 
-def _bind(libc, source: str, target: str, flags: int = _MS_RDONLY | _MS_NOSUID | _MS_NODEV) -> None:
+def sys_bind(libc, source: str, target: str, flags: int = MS_RDONLY | MS_NOSUID | MS_NODEV) -> None:
     """Bind ``source`` (and the mounts below it) at ``target``, then make it read-only (or ``flags``)."""
-    _mount(libc, source, target, None, _MS_BIND | _MS_REC, None)
-    _mount(libc, None, target, None, _MS_REMOUNT | _MS_BIND | flags, None)
+    sys_mount(libc, source, target, None, MS_BIND | MS_REC, None)
+    sys_mount(libc, None, target, None, MS_REMOUNT | MS_BIND | flags, None)
 
 
-def _mount_point(target: str, directory: bool) -> str:
+def mount_point(target: str, directory: bool) -> str:
     """``target`` made to bind a folder (``directory``) or a file onto, with traversable folders above it."""
     os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
     if directory:
@@ -124,7 +141,7 @@ def _mount_point(target: str, directory: bool) -> str:
 
 def die_with_host(host_pid: int) -> None:
     """Be killed when the host dies (the relays and the worker below die with this process in turn)."""
-    _check(_libc().prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    check(open_libc().prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
     if os.getppid() != host_pid:  # the host died before the line above
         os._exit(1)
 
@@ -136,7 +153,7 @@ def _fork_and_relay(libc, signal_as_code: bool) -> None:
     does); the outermost parent turns such a code back into that signal for the host to see."""
     child = os.fork()
     if child == 0:
-        _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+        check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
         return
     for fd in (0, 1, 2):
         os.close(fd)
@@ -166,7 +183,7 @@ def apply_rlimits(limits: dict[str, int], namespace_init: bool = False) -> None:
 
     A namespace's init (a forked worker) ignores a default-action SIGXCPU, so its CPU limit is the hard
     one: the kernel's SIGKILL, which no process escapes, at the limit itself (the fork-server reports it as
-    SIGXCPU: see :func:`_exit_code`)."""
+    SIGXCPU: see ``template._exit_code``)."""
     signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # an oversized write raises OSError instead of killing
     table = {
         "memory_bytes": resource.RLIMIT_AS,
@@ -263,5 +280,3 @@ def prepare_seccomp():
             raise OSError(-result, f"seccomp_load: {os.strerror(-result)}")
 
     return load
-
-

@@ -1,4 +1,41 @@
-# -------------------------------------------------------------------------------------------- fork-server
+"""The fork-server's template (``start="fork"``), the worker's side of ``forkserver.py``: an initialised
+interpreter that forks one fresh, warmed-up worker per request into a PID, mount and IPC namespace of its
+own, reaps it and reports its exit.
+
+One of the worker's modules (``isolation.WORKER_FILES``): it runs inside the sandbox, so it imports only the
+standard library and the worker's own modules.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import marshal
+import os
+import resource
+import signal
+from binascii import b2a_base64
+from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
+
+from hopgym.sandbox.code_policy import load_policy
+from hopgym.sandbox.handler import Worker, serve_episode
+from hopgym.sandbox.hardening import (
+    CLONE_NEWIPC,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    MS_NODEV,
+    MS_NOEXEC,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    PR_SET_PDEATHSIG,
+    check,
+    mount_point,
+    open_libc,
+    prepare_seccomp,
+    sys_bind,
+    sys_mount,
+)
+from hopgym.sandbox.wire import PROTOCOL_VERSION, Channel, DiscardingChannel, describe_error, dumps, loads
 
 _CPU_SAMPLED = 0.5
 """The part of its CPU limit a worker killed at that limit is reported to have used, at least: the kernel
@@ -12,10 +49,10 @@ _CONTROL_BYTES = 256
 _PTS_OPTIONS = "newinstance,ptmxmode=0666,mode=0620"
 TEMPLATE_MODULES = ("math", "datetime", "calendar", "string", "unicodedata", "csv")
 """Standard-library modules tool code commonly imports (beyond ``re``, ``json``, ``collections``, ``io`` ...
-that this module imports anyway), imported once by the template so that an episode's import is a look-up
-in ``sys.modules``, not milliseconds of reading files. Each fork gets its own copy-on-write copy of them,
-so what one episode changes in a module the next never sees. Never a module that draws random state when
-imported (``random``, ``secrets``, ``tempfile``, ``uuid``): every worker forked from the template would
+that the worker's modules import anyway), imported once by the template so that an episode's import is a
+look-up in ``sys.modules``, not milliseconds of reading files. Each fork gets its own copy-on-write copy of
+them, so what one episode changes in a module the next never sees. Never a module that draws random state
+when imported (``random``, ``secrets``, ``tempfile``, ``uuid``): every worker forked from the template would
 share that state."""
 _WARM_TOOL = '''
 def NAME(name: str, kind: str = "birth", years: list = None, detail: dict = None):
@@ -47,14 +84,14 @@ def serve_template(config: dict) -> int:
     """The fork-server (``start="fork"``): an initialised interpreter that never runs untrusted code and
     forks one fresh worker per request received on its control socket (fd 0, from the host only).
 
-    It holds only what every worker would build the same way at start: this module, the code policy and
-    the seccomp filter (built, not loaded). Each fork request carries the worker's own pipes; the template
-    closes its copies at once, so no worker inherits another's, but for the exit-status pipe, where it
-    writes the worker's exit code once it has reaped it (see :func:`_exit_code`)."""
+    It holds only what every worker would build the same way at start: the worker's modules, the code
+    policy and the seccomp filter (built, not loaded). Each fork request carries the worker's own pipes;
+    the template closes its copies at once, so no worker inherits another's, but for the exit-status pipe,
+    where it writes the worker's exit code once it has reaped it (see :func:`_exit_code`)."""
     import select
     import socket
 
-    libc = _libc()
+    libc = open_libc()
     policy = load_policy(config.get("policy"))
     load_seccomp = prepare_seccomp() if config.get("seccomp") else None
     for name in TEMPLATE_MODULES:
@@ -69,7 +106,7 @@ def serve_template(config: dict) -> int:
     import gc
 
     gc.freeze()  # the collector never writes to what the template built: forked pages stay shared
-    control.send(_dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
+    control.send(dumps({"type": "template", "version": PROTOCOL_VERSION, "pid": os.getpid()}).encode())
     workers: dict[int, tuple[int, int, int]] = {}
     """Each live worker's pidfd: its pid, the write end of its exit-status pipe and its fork number."""
     forks = 0
@@ -89,7 +126,7 @@ def serve_template(config: dict) -> int:
             return 0
         try:
             if message.startswith(b"{"):
-                reply = _schedule(_loads(message.decode()), {fork: pid for pid, _, fork in workers.values()})
+                reply = _schedule(loads(message.decode()), {fork: pid for pid, _, fork in workers.values()})
             elif message != b"fork" or len(fds) != _EPISODE_FDS:
                 raise ValueError(f"expected a fork request with {_EPISODE_FDS} descriptors or a schedule one")
             else:
@@ -104,7 +141,7 @@ def serve_template(config: dict) -> int:
         finally:
             for fd in fds:
                 os.close(fd)
-        control.send(_dumps(reply).encode())
+        control.send(dumps(reply).encode())
 
 
 def _schedule(request: dict, unreaped: dict) -> dict:
@@ -135,8 +172,8 @@ def _report_exit(pid: int, status_fd: int, cpu_seconds: int | None) -> None:
 
 def _exit_code(status: int, usage, cpu_seconds: int | None) -> int:
     """The worker's exit code, negative for the signal that killed it; the kernel's SIGKILL at the CPU
-    limit (see :func:`apply_rlimits`) as SIGXCPU, told from another SIGKILL (the host's, the OOM killer's)
-    by the CPU time used (see ``_CPU_SAMPLED``)."""
+    limit (see ``hardening.apply_rlimits``) as SIGXCPU, told from another SIGKILL (the host's, the OOM
+    killer's) by the CPU time used (see ``_CPU_SAMPLED``)."""
     if not os.WIFSIGNALED(status):
         return os.WEXITSTATUS(status)
     killed_by = os.WTERMSIG(status)
@@ -151,11 +188,11 @@ def _fork_episode(
 ) -> int:
     """Fork the worker as the first process (the init) of a new PID namespace; its pid in the template's
     namespace is returned. It builds its own mounts and IPC namespace, then hardens itself and serves."""
-    _check(libc.unshare(_CLONE_NEWPID), "unshare(pid)")
+    check(libc.unshare(CLONE_NEWPID), "unshare(pid)")
     try:
         child = os.fork()
     except BaseException:
-        _check(libc.setns(own_pid_namespace, _CLONE_NEWPID), "setns(pid)")
+        check(libc.setns(own_pid_namespace, CLONE_NEWPID), "setns(pid)")
         raise
     if child == 0:
         try:
@@ -167,22 +204,22 @@ def _fork_episode(
             os._exit(1)
         os._exit(0)
     # Back to the template's own namespace for later children (a second unshare would fail otherwise).
-    _check(libc.setns(own_pid_namespace, _CLONE_NEWPID), "setns(pid)")
+    check(libc.setns(own_pid_namespace, CLONE_NEWPID), "setns(pid)")
     return child
 
 
 def _warm_request(policy) -> str:
     """The warm-up's load request as the host would send it to this policy: its sources as code the
-    template compiled (see :meth:`PlainPolicy.load_code`), or, for a policy that compiles every source
+    template compiled (see ``code_policy.PlainPolicy.load_code``), or, for a policy that compiles every source
     itself (``restricted``), one source as text (its compiler's cost dwarfs what the others would warm)."""
     if not hasattr(policy, "load_code"):
-        return _dumps({"op": "load", "sources": list(_WARM_SOURCES[:1])})
+        return dumps({"op": "load", "sources": list(_WARM_SOURCES[:1])})
     codes = [
         MAGIC_NUMBER + marshal.dumps(compile(source, f"<tool source {index}>", "exec"))
         for index, source in enumerate(_WARM_SOURCES)
     ]
     texts = [b2a_base64(code, newline=False).decode("ascii") for code in codes]
-    return _dumps({"op": "load", "sources": [{"code": text} for text in texts]})
+    return dumps({"op": "load", "sources": [{"code": text} for text in texts]})
 
 
 def _warm_up(policy, config: dict, warm_request: str) -> None:
@@ -191,8 +228,8 @@ def _warm_up(policy, config: dict, warm_request: str) -> None:
     caches, the allocator's free blocks) are copied from the template now, while this worker is a spare,
     not during the episode's first request (on this kind of machine, a fresh fork's first load of a task
     took several times longer than the same load warm)."""
-    worker = Worker(_DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
-    worker.load(_loads(warm_request))
+    worker = Worker(DiscardingChannel(), policy, config["output_cap"], config["result_cap"])
+    worker.load(loads(warm_request))
     worker.call({"name": "warm_0", "arguments": {"name": "warm", "years": [1, 2]}})
 
 
@@ -202,24 +239,22 @@ def _become_episode(libc, fds: list, config: dict) -> None:
     template's own sandbox and the host's kill of each worker still end it), get a private mount and IPC
     namespace with a fresh /tmp, /proc and /dev/pts. The worker stays PID 1 of its namespace: it cannot
     fork (seccomp), so it has no children to reap, and what the kernel does not deliver to an init (a
-    default-action SIGXCPU) is covered in :func:`apply_rlimits`; other default-action signals it raises
+    default-action SIGXCPU) is covered in ``hardening.apply_rlimits``; other default-action signals it raises
     itself without kill() (alarm(), interval timers) are ignored too, where a spawned worker would die."""
     for target, fd in enumerate(fds[:3]):
         os.dup2(fd, target)
     os.closerange(3, resource.getrlimit(resource.RLIMIT_NOFILE)[0])
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-    _check(libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
-    _check(libc.unshare(_CLONE_NEWNS | _CLONE_NEWIPC), "unshare(mount, ipc)")
-    _mount(libc, None, "/", None, _MS_REC | _MS_PRIVATE, None)
+    check(libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "prctl(PDEATHSIG)")
+    check(libc.unshare(CLONE_NEWNS | CLONE_NEWIPC), "unshare(mount, ipc)")
+    sys_mount(libc, None, "/", None, MS_REC | MS_PRIVATE, None)
     # The view's folders under /tmp (a checkout or venv there) are bound again over the fresh /tmp.
     kept = [(path, os.open(path, os.O_PATH)) for path in config["view"]["binds"] if path.startswith("/tmp/")]
     tmp_options = f"size={config['tmpfs_bytes']},mode=1777"
-    _mount(libc, "tmpfs", "/tmp", "tmpfs", _MS_NOSUID | _MS_NODEV, tmp_options)
+    sys_mount(libc, "tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, tmp_options)
     for path, fd in kept:
-        _bind(libc, f"/proc/self/fd/{fd}", _mount_point(path, os.path.isdir(f"/proc/self/fd/{fd}")))
+        sys_bind(libc, f"/proc/self/fd/{fd}", mount_point(path, os.path.isdir(f"/proc/self/fd/{fd}")))
         os.close(fd)
-    _mount(libc, "proc", "/proc", "proc", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, None)
+    sys_mount(libc, "proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, None)
     if os.path.isdir("/dev/pts"):
-        _mount(libc, "devpts", "/dev/pts", "devpts", _MS_NOSUID | _MS_NOEXEC, _PTS_OPTIONS)
-
-
+        sys_mount(libc, "devpts", "/dev/pts", "devpts", MS_NOSUID | MS_NOEXEC, _PTS_OPTIONS)

@@ -1,8 +1,25 @@
+"""The worker's side of the wire: the protocol stream, the capped output and the encoding of results and
+errors into messages; the host's side is ``protocol.py``, and the message shapes here must match it.
+
+One of the worker's modules (``isolation.WORKER_FILES``): it runs inside the sandbox, so it imports only the
+standard library and the worker's own modules; the host imports its protocol version, error cap and
+:func:`ready` from here (one definition each).
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+
 PROTOCOL_VERSION = 2
 """Bumped whenever a message changes shape; the worker reports its own in the ready message."""
 ERROR_TEXT_CAP = 2000
 """Characters of an error text the worker sends (:func:`describe_error`)."""
-_dumps, _loads = json.dumps, json.loads  # private references: tool code may patch the json module
+dumps, loads = json.dumps, json.loads
+"""The worker's own references: tool code may patch the json module."""
+
 
 def ready(fd: int, timeout: float | None, writing: bool = False) -> bool:
     """Whether ``fd`` is readable (or writable), waiting at most ``timeout`` seconds (None: no limit); an
@@ -37,7 +54,7 @@ class Channel:
 
     def send(self, message: dict, value_json: str | None = None) -> None:
         """Write one message; ``value_json`` is spliced in as the already-serialised ``value`` field."""
-        text = _dumps(message if self.request_id is None else {**message, "id": self.request_id})
+        text = dumps(message if self.request_id is None else {**message, "id": self.request_id})
         if value_json is not None:
             text = text[:-1] + (', "value": ' if message else '"value": ') + value_json + "}"
         data = (text + "\n").encode("ascii")
@@ -46,17 +63,17 @@ class Channel:
 
     def receive(self) -> dict | None:
         line = self._reader.readline()
-        return _loads(line.decode()) if line else None  # str: json.loads would detect the encoding
+        return loads(line.decode()) if line else None  # str: json.loads would detect the encoding
 
 
-class _DiscardingChannel(Channel):
-    """Stands in for the host during :func:`_warm_up`: builds each message's text, sends nothing."""
+class DiscardingChannel(Channel):
+    """Stands in for the host during the fork template's warm-up: builds each message, sends nothing."""
 
     def __init__(self) -> None:  # no streams: nothing is read or written
         self.request_id = None
 
     def send(self, message: dict, value_json: str | None = None) -> None:
-        _dumps(message)
+        dumps(message)
 
 
 # ------------------------------------------------------------------------------------------------ results
@@ -96,12 +113,12 @@ def encode_value(value: object, cap: int) -> tuple[str, bool]:
     try:
         text = _encode_with_repr(value)
     except BaseException:  # whatever a hostile value raises, the reply is still sent
-        text = _dumps(_safe_repr(value))
+        text = dumps(_safe_repr(value))
     if len(text) <= cap:
         return text, False
     # A long string is cut as text (a str subclass's own methods are not trusted), anything else as JSON.
     shown = str.__str__(value) if isinstance(value, str) else text
-    return _dumps(f"{shown[:cap]}...[truncated: {len(shown)} characters in all]"), True
+    return dumps(f"{shown[:cap]}...[truncated: {len(shown)} characters in all]"), True
 
 
 def _safe_repr(value: object) -> str:
@@ -132,5 +149,3 @@ def _safe_repr_message(exc: BaseException) -> str:
 
 def status_of(exc: BaseException) -> str:
     return "resource_limit" if isinstance(exc, MemoryError) else "error"
-
-

@@ -1,8 +1,10 @@
 """The sandbox worker: runs one episode's untrusted tool code behind the JSON-lines protocol.
 
 Runnable as a plain script with the standard library (plus the libseccomp C library when seccomp is asked
-for, and RestrictedPython, with ``policy.py`` next to this file, for ``policy="restricted"``); it never
-imports hopgym, so the same file runs under bubblewrap, raw namespaces or inside a container.
+for, and RestrictedPython for ``policy="restricted"``); it imports nothing of hopgym but the worker's own
+modules beside it (``isolation.WORKER_FILES``, each with one job: ``hardening``, ``template``,
+``code_policy`` and ``policy``, ``wire``, ``handler``), so the same files run under bubblewrap, raw
+namespaces or inside a container.
 Usage: ``python -I -S -B worker.py CONFIG_JSON`` (or its compiled ``.pyc``); ``-S`` keeps start-up short,
 and ``python_path`` in the config lists the directories to import RestrictedPython from. The config keys are
 built by ``isolation.worker_command``: namespaces, view, tmpfs_bytes, drop_uid, preload, host_pid, seccomp,
@@ -11,30 +13,37 @@ rlimits, policy, python_path, output_cap, result_cap, template.
 Before it reads any request it hardens itself, in this order: optional raw namespaces (``namespaces``),
 rlimits, the ``preload`` imports, dropping root to an unprivileged uid, then a seccomp filter. Only then
 does it say ``ready``.
-The protocol itself is described in ``protocol.py``; the message shapes below must match it.
+The protocol itself is described in ``protocol.py``; the message shapes in ``wire.py`` must match it.
 """
 
 from __future__ import annotations
 
-import builtins
-import contextlib
-import errno
-import io
 import json
-import marshal
 import os
-import resource
-import signal
 import sys
 import types
-from binascii import a2b_base64, b2a_base64
-from importlib._bootstrap_external import MAGIC_NUMBER  # loaded at every interpreter start
 
-# The host reads these from this file (it never defines its own): the worker imports no hopgym.
-# ---------------------------------------------------------------------------------------------------- main
+
+def _own_folder_as_package() -> None:
+    """Make this file's folder importable as ``hopgym.sandbox``, and nothing else of hopgym: the worker's
+    modules import one another by the paths the host imports them by, and no ``__init__`` of hopgym (which
+    imports the host's side) runs in the sandbox."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if os.path.basename(here) == "__pycache__":  # run from its compiled form (see isolation.worker_program)
+        here = os.path.dirname(here)
+    for name, path in (("hopgym", []), ("hopgym.sandbox", [here])):
+        package = types.ModuleType(name)
+        package.__path__ = path
+        sys.modules[name] = package
 
 
 def main(argv: list[str]) -> int:
+    from hopgym.sandbox.code_policy import load_policy
+    from hopgym.sandbox.handler import serve_episode
+    from hopgym.sandbox.hardening import die_with_host, enter_namespaces, prepare_seccomp
+    from hopgym.sandbox.template import serve_template
+    from hopgym.sandbox.wire import Channel, describe_error
+
     config = json.loads(argv[1])
     sys.path[:0] = config.get("python_path", [])
     if config.get("namespaces"):
@@ -53,4 +62,5 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    _own_folder_as_package()
     sys.exit(main(sys.argv))
