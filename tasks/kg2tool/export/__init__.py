@@ -20,6 +20,65 @@ Every task gives four kinds of record, each tagged with ``kind`` and ``task_id``
   answered "Yes", the corrupted one "No". Corrupted responses always differ from the truth as sets.
 
 ``read_trajectory`` parses a trajectory record back into its calls and answer names (the round trip), and
-``validate_record`` checks a record against its format. The fixed texts are in
+``validate_record`` checks a record against its format. One module per format (``sharegpt``, ``alpaca``,
+``openai_chat``) builds, validates and reads back its records; ``dialogues`` holds the turns they share
+and ``records`` the dispatch over formats, ``files`` the export files. The fixed texts are in
 tasks/prompts/kg2tool_export.yaml.
 """
+
+from hopgym.tasks.kg2tool.export.alpaca import system_prompt
+from hopgym.tasks.kg2tool.export.dialogues import (
+    ANSWER_QUESTION,
+    ARGUMENTS_QUESTION,
+    CALL_REQUEST,
+    CORRUPTIONS,
+    GOAL_QUESTION,
+    PLAN_QUESTION,
+    PROMPTS,
+    REVIEW_QUESTION,
+    SYSTEM_PROMPT,
+    TOOL_LIST_INTRO,
+    TOOL_QUESTION,
+    ExportPrompts,
+    ToolDocs,
+    Trajectory,
+    answer_text,
+    corrupt_result,
+    plan_text,
+)
+from hopgym.tasks.kg2tool.export.files import read_export, write_export
+from hopgym.tasks.kg2tool.export.records import (
+    EXPORT_FORMATS,
+    RECORD_KINDS,
+    export_records,
+    read_trajectory,
+    validate_record,
+)
+
+__all__ = [
+    "ANSWER_QUESTION",
+    "ARGUMENTS_QUESTION",
+    "CALL_REQUEST",
+    "CORRUPTIONS",
+    "EXPORT_FORMATS",
+    "GOAL_QUESTION",
+    "PLAN_QUESTION",
+    "PROMPTS",
+    "RECORD_KINDS",
+    "REVIEW_QUESTION",
+    "SYSTEM_PROMPT",
+    "TOOL_LIST_INTRO",
+    "TOOL_QUESTION",
+    "ExportPrompts",
+    "ToolDocs",
+    "Trajectory",
+    "answer_text",
+    "corrupt_result",
+    "export_records",
+    "plan_text",
+    "read_export",
+    "read_trajectory",
+    "system_prompt",
+    "validate_record",
+    "write_export",
+]

@@ -1,6 +1,23 @@
+"""The Alpaca format: built from a dialogue, validated, and read back into one.
+
+Alpaca has no tool column, so its ``system`` lists the tools; the earlier turns are in ``history`` (tool
+calls in ReAct form, tool responses as observations on the user side), the last pair in ``instruction``
+and ``output``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from hopgym.errors import DataError
+from hopgym.tasks.kg2tool.export.dialogues import SYSTEM_PROMPT, TOOL_LIST_INTRO, ToolDocs
+
 _ACTION = "Action: "
 _ACTION_INPUT = "Action Input: "
 _OBSERVATION = "Observation: "
+
 
 def system_prompt(tools: ToolDocs) -> str:
     """The system prompt with the tool list in it, for formats that have no tool column (Alpaca)."""
@@ -17,7 +34,7 @@ def _alpaca_text(role: str, text: str) -> str:
     return text
 
 
-def _alpaca(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
+def build(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
     """User-side turns (human, observation) and model-side turns paired in order; the last pair is the
     instruction and output, the earlier ones the history."""
     pairs = [(_alpaca_text(*turns[k]), _alpaca_text(*turns[k + 1])) for k in range(0, len(turns), 2)]
@@ -31,7 +48,7 @@ def _alpaca(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
     }
 
 
-def _validate_alpaca(record: Mapping[str, Any], where: str) -> None:
+def validate(record: Mapping[str, Any], where: str) -> None:
     for key in ("instruction", "input", "output", "system"):
         if not isinstance(record.get(key), str):
             raise DataError(f"{where}: {key!r} must be a string")
@@ -58,3 +75,7 @@ def _alpaca_turn(text: str, position: int, where: str) -> tuple[str, str]:
     return "gpt", text
 
 
+def read_turns(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The dialogue of a record :func:`validate` accepted."""
+    texts = [text for pair in record["history"] for text in pair] + [record["instruction"], record["output"]]
+    return [_alpaca_turn(text, position, record["id"]) for position, text in enumerate(texts)]

@@ -1,18 +1,21 @@
+"""The dialogues every export format writes: a task's trajectory, steps, plan and review turns, the fixed
+texts they use, and the turn rules every conversational format is checked against.
+
+A dialogue is a list of (role, text) turns with roles human, gpt, function_call and observation (the
+ShareGPT vocabulary); each format module builds its records from dialogues and reads them back into them.
+"""
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import pairwise
-from pathlib import Path
-from typing import IO, Any, TypedDict
+from typing import Any, TypedDict
 
 from hopgym.errors import ConfigError, DataError
 from hopgym.prompts import load_prompts
 from hopgym.tasks.kg2tool.task_file import KG2ToolTask, SolutionCall
-from hopgym.tasks.user_files import read_user_text
 
 
 class ExportPrompts(TypedDict):
@@ -57,7 +60,6 @@ def answer_text(task: KG2ToolTask, label: Callable[[str], str]) -> str:
 
 
 # ---------------------------------------------------------------------------------------- dialogues
-# A dialogue is a list of (role, text) turns with roles human, gpt, function_call and observation.
 
 
 def _call_text(call: SolutionCall) -> str:
@@ -73,14 +75,14 @@ def _summary(call: SolutionCall) -> str:
     return f"{call.goal}: {found}."
 
 
-def _trajectory_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
+def trajectory_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
     turns = [("human", task.query)]
     for call in task.solution:
         turns += [("function_call", _call_text(call)), ("observation", _result_text(call.result))]
     return [*turns, ("gpt", answer_text(task, label))]
 
 
-def _step_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
+def step_turns(task: KG2ToolTask, label: Callable[[str], str]) -> list[tuple[str, str]]:
     turns: list[tuple[str, str]] = []
     for number, call in enumerate(task.solution):
         question = f"{task.query} {GOAL_QUESTION}" if number == 0 else GOAL_QUESTION
@@ -104,7 +106,7 @@ def plan_text(task: KG2ToolTask) -> str:
     return "; ".join(f"{number}. {call.goal}" for number, call in enumerate(task.solution, start=1))
 
 
-def _plan_turns(task: KG2ToolTask) -> list[tuple[str, str]]:
+def plan_turns(task: KG2ToolTask) -> list[tuple[str, str]]:
     return [("human", f"{task.query} {PLAN_QUESTION}"), ("gpt", plan_text(task))]
 
 
@@ -135,7 +137,7 @@ def corrupt_result(result: Sequence[str], how: str, pool: Sequence[str], rng: ra
     return sorted(truth)
 
 
-def _review_turns(task: KG2ToolTask, rng: random.Random, pool: Sequence[str]) -> list[list[tuple[str, str]]]:
+def review_turns(task: KG2ToolTask, rng: random.Random, pool: Sequence[str]) -> list[list[tuple[str, str]]]:
     """Two review dialogues on one step: the true response (Yes) and a corrupted one (No)."""
     call = task.solution[rng.randrange(len(task.solution))]
     wrong = corrupt_result(call.result, CORRUPTIONS[rng.randrange(len(CORRUPTIONS))], pool, rng)
@@ -155,12 +157,14 @@ def _review(
 # ------------------------------------------------------------------------------------------ formats
 
 
+# -------------------------------------------------------------------------------------------- rules
+
 _USER_SIDE = frozenset({"human", "observation"})
 _MODEL_SIDE = frozenset({"gpt", "function_call"})
 
 
-def _validate_turns(turns: Sequence[tuple[str, str]], where: str) -> None:
-    """The dialogue rules the conversational formats share (see :func:`validate_record`)."""
+def validate_turns(turns: Sequence[tuple[str, str]], where: str) -> None:
+    """The dialogue rules the conversational formats share (see ``records.validate_record``)."""
     if len(turns) < 2 or len(turns) % 2:
         raise DataError(f"{where}: a conversation must be an even, non-empty list of turns")
     for position, (role, text) in enumerate(turns):
@@ -170,12 +174,12 @@ def _validate_turns(turns: Sequence[tuple[str, str]], where: str) -> None:
         if role == "observation" and turns[position - 1][0] != "function_call":
             raise DataError(f"{where}: turn {position} is an observation that follows no function call")
         if role == "function_call":
-            _parse_call(text, f"{where}: turn {position}")
+            parse_call(text, f"{where}: turn {position}")
     if turns[0][0] != "human" or turns[-1][0] != "gpt":
         raise DataError(f"{where}: a conversation starts with human and ends with gpt")
 
 
-def _parse_call(text: str, where: str) -> tuple[str, dict[str, Any]]:
+def parse_call(text: str, where: str) -> tuple[str, dict[str, Any]]:
     try:
         call = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -187,5 +191,3 @@ def _parse_call(text: str, where: str) -> tuple[str, dict[str, Any]]:
     ):
         raise DataError(f"{where}: a function call must be {{'name': str, 'arguments': object}}")
     return call["name"], call["arguments"]
-
-

@@ -1,3 +1,16 @@
+"""Export files: records written as a JSON array or JSON Lines as they come, and read back."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import IO, Any
+
+from hopgym.errors import DataError
+from hopgym.tasks.user_files import read_user_text
+
+
 def write_export(records: Iterable[Mapping[str, Any]], path: str | Path) -> int:
     """Write records as one JSON array (a ``.json`` path, as Alpaca and ShareGPT files usually are, the
     bytes of ``json.dumps(records, ensure_ascii=False, indent=1)``) or as JSON Lines (any other suffix);

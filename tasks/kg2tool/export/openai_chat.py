@@ -1,4 +1,22 @@
-def _openai(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
+"""The OpenAI chat-completions format that TRL's SFTTrainer and Hugging Face chat templates read: built from
+a dialogue, validated, and read back into one.
+
+``messages`` holds system, user and assistant turns, assistant turns with ``tool_calls`` whose
+``arguments`` are a JSON string, and ``tool`` turns answering them by ``tool_call_id``; ``tools`` holds
+``{"type": "function", "function": ...}`` documents.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from hopgym.errors import DataError
+from hopgym.tasks.kg2tool.export.dialogues import SYSTEM_PROMPT, ToolDocs, validate_turns
+
+
+def build(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
     """Calls become assistant ``tool_calls`` (ids ``call_0``, ``call_1`` ... in the record), responses
     ``tool`` messages naming the call they answer."""
     messages: list[dict[str, Any]] = [{"role": "system", "content": SYSTEM_PROMPT}]
@@ -26,7 +44,7 @@ def _openai(turns: list[tuple[str, str]], tools: ToolDocs) -> dict[str, Any]:
     return {"messages": messages, "tools": [{"type": "function", "function": dict(t)} for t in tools]}
 
 
-def _validate_openai(record: Mapping[str, Any], where: str) -> None:
+def validate(record: Mapping[str, Any], where: str) -> None:
     tools = record.get("tools")
     if not isinstance(tools, list) or not all(
         isinstance(tool, Mapping)
@@ -42,7 +60,7 @@ def _validate_openai(record: Mapping[str, Any], where: str) -> None:
     ):
         raise DataError(f"{where}: 'messages' must be a list that starts with the system message")
     turns = _openai_turns(messages[1:], where)
-    _validate_turns(turns, where)
+    validate_turns(turns, where)
     offered = {tool["function"]["name"] for tool in tools}
     for position, (role, text) in enumerate(turns):
         if role == "function_call" and (name := json.loads(text)["name"]) not in offered:
@@ -87,3 +105,6 @@ def _openai_turns(messages: Sequence[Any], where: str) -> list[tuple[str, str]]:
     return turns
 
 
+def read_turns(record: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """The dialogue of a record :func:`validate` accepted."""
+    return _openai_turns(record["messages"][1:], record["id"])

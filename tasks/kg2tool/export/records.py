@@ -1,5 +1,47 @@
-EXPORT_FORMATS = ("sharegpt", "alpaca", "openai")
+"""Records of every kind in every export format: built from a batch of tasks, validated against their
+format, and read back into a trajectory; each format's own rules are in its module."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import pairwise
+from typing import Any
+
+from hopgym.errors import ConfigError, DataError
+from hopgym.tasks.kg2tool.export import alpaca, openai_chat, sharegpt
+from hopgym.tasks.kg2tool.export.dialogues import (
+    ToolDocs,
+    Trajectory,
+    parse_call,
+    plan_turns,
+    review_turns,
+    step_turns,
+    trajectory_turns,
+)
+from hopgym.tasks.kg2tool.task_file import KG2ToolTask
+
 RECORD_KINDS = ("trajectory", "steps", "plan", "review")
+
+
+@dataclass(frozen=True)
+class ExportFormat:
+    """What each format's module provides: a record built from a dialogue, the record's check (DataError
+    naming ``where``), and the dialogue read back from a record that passed it."""
+
+    build: Callable[[list[tuple[str, str]], ToolDocs], dict[str, Any]]
+    validate: Callable[[Mapping[str, Any], str], None]
+    read_turns: Callable[[Mapping[str, Any]], list[tuple[str, str]]]
+
+
+FORMATS = {
+    name: ExportFormat(module.build, module.validate, module.read_turns)
+    for name, module in (("sharegpt", sharegpt), ("alpaca", alpaca), ("openai", openai_chat))
+}
+EXPORT_FORMATS = tuple(FORMATS)
+
 
 def export_records(
     tasks: Sequence[KG2ToolTask],
@@ -15,8 +57,7 @@ def export_records(
     ``label`` names an answer entity. Review corruptions replace entities with results of other steps
     and tasks in the batch, so they stay plausible.
     """
-    if fmt not in EXPORT_FORMATS:
-        raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
+    export_format = _format(fmt)
     unknown = [kind for kind in kinds if kind not in RECORD_KINDS]
     if unknown:
         raise ConfigError(f"unknown record kind(s) {unknown}; valid: {', '.join(RECORD_KINDS)}")
@@ -26,20 +67,17 @@ def export_records(
         tools = list(tools_for(task))
         dialogues: list[tuple[str, list[tuple[str, str]]]] = []
         if "trajectory" in kinds:
-            dialogues.append(("trajectory", _trajectory_turns(task, label)))
+            dialogues.append(("trajectory", trajectory_turns(task, label)))
         if "steps" in kinds:
-            dialogues.append(("steps", _step_turns(task, label)))
+            dialogues.append(("steps", step_turns(task, label)))
         if "plan" in kinds:
-            dialogues.append(("plan", _plan_turns(task)))
+            dialogues.append(("plan", plan_turns(task)))
         if "review" in kinds:
-            dialogues += [("review", turns) for turns in _review_turns(task, rng, pool)]
+            dialogues += [("review", turns) for turns in review_turns(task, rng, pool)]
         for index, (kind, turns) in enumerate(dialogues):
-            record = _FORMATTERS[fmt](turns, tools)
+            record = export_format.build(turns, tools)
             record.update(id=f"{task.id}/{index}-{kind}", task_id=task.id, kind=kind)
             yield record
-
-
-_FORMATTERS = {"sharegpt": _sharegpt, "alpaca": _alpaca, "openai": _openai}
 
 
 def validate_record(record: Any, fmt: str) -> None:
@@ -58,15 +96,7 @@ def validate_record(record: Any, fmt: str) -> None:
     for key in ("id", "task_id", "kind"):
         if not isinstance(record.get(key), str):
             raise DataError(f"{fmt} record lacks a string {key!r}")
-    where = record["id"]
-    if fmt == "sharegpt":
-        _validate_sharegpt(record, where)
-    elif fmt == "alpaca":
-        _validate_alpaca(record, where)
-    elif fmt == "openai":
-        _validate_openai(record, where)
-    else:
-        raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
+    _format(fmt).validate(record, record["id"])
 
 
 def read_trajectory(record: Mapping[str, Any], fmt: str) -> Trajectory:
@@ -76,23 +106,18 @@ def read_trajectory(record: Mapping[str, Any], fmt: str) -> Trajectory:
         raise DataError(
             f"{record['id']}: only trajectory records hold a whole solution, not {record['kind']!r}"
         )
-    if fmt == "sharegpt":
-        turns = [(turn["from"], turn["value"]) for turn in record["conversations"]]
-    elif fmt == "openai":
-        turns = _openai_turns(record["messages"][1:], record["id"])
-    else:
-        texts = [text for pair in record["history"] for text in pair] + [
-            record["instruction"],
-            record["output"],
-        ]
-        turns = [_alpaca_turn(text, position, record["id"]) for position, text in enumerate(texts)]
+    turns = _format(fmt).read_turns(record)
     calls = []
     for (role, text), (next_role, next_text) in pairwise(turns):
         if role == "function_call":
             if next_role != "observation":
                 raise DataError(f"{record['id']}: a function call without its response")
-            name, arguments = _parse_call(text, record["id"])
+            name, arguments = parse_call(text, record["id"])
             calls.append((name, arguments, json.loads(next_text)))
     return Trajectory(calls=tuple(calls), answer=tuple(line for line in turns[-1][1].split("\n") if line))
 
 
+def _format(fmt: str) -> ExportFormat:
+    if fmt not in FORMATS:
+        raise ConfigError(f"unknown export format {fmt!r}; valid: {', '.join(EXPORT_FORMATS)}")
+    return FORMATS[fmt]
