@@ -103,6 +103,12 @@ def test_the_sandbox_worker_imports_only_its_own_files_and_the_standard_library(
         assert others <= allowed, f"{name} imports what the sandbox lacks: {sorted(others - allowed)}"
 
 
+def test_no_worker_file_shadows_a_standard_library_module() -> None:
+    """The sandbox image runs ``worker.py`` without ``-I``, so its folder comes first on ``sys.path``: a
+    worker file named like a standard-library module would stand in for that module in tool code."""
+    assert [name for name in WORKER_FILES if Path(name).stem in sys.stdlib_module_names] == []
+
+
 def test_the_sandbox_image_copies_every_worker_file() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
     copies = [line.split() for line in dockerfile.splitlines() if line.endswith(" /opt/hopgym/")]
