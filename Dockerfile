@@ -82,7 +82,9 @@ RUN python3 -c "import ctypes.util, sys; sys.exit(ctypes.util.find_library('secc
     && useradd --system --uid 10001 --user-group --no-create-home --home-dir /nonexistent \
         --shell /usr/sbin/nologin hopgym
 COPY --from=tool-libraries /opt/hopgym/lib /opt/hopgym/lib
-COPY sandbox/worker.py sandbox/policy.py /opt/hopgym/
+# The worker's files (isolation.WORKER_FILES; tests/test_import_cycles.py checks this list against it).
+COPY sandbox/worker.py sandbox/hardening.py sandbox/template.py sandbox/code_policy.py sandbox/policy.py \
+     sandbox/wire.py sandbox/handler.py /opt/hopgym/
 ENV PYTHONPATH=/opt/hopgym/lib PYTHONDONTWRITEBYTECODE=1 LANG=C.UTF-8
 LABEL org.opencontainers.image.title="hopgym-sandbox" \
       org.opencontainers.image.description="hopgym's sandbox worker for untrusted tool code"

@@ -1,12 +1,12 @@
 """``start="fork"``: fresh workers forked from a warm template instead of a new interpreter per episode.
 
-One template process per sandbox runs ``worker.py`` in template mode (see ``worker.serve_template``) under
+One template process per sandbox runs ``worker.py`` in template mode (see ``template.serve_template``) under
 the same bwrap view or raw namespaces as a spawned worker. It never runs untrusted code. For each worker
 the host sends it a fork request carrying the worker's own pipes over a Unix socket; the fork is the
 worker, PID 1 of a new PID namespace (so it cannot see or signal the template or its siblings) with its own
 mount and IPC namespaces and a fresh /tmp, /proc and /dev/pts; it applies the rlimits, drops to nobody and
 loads the seccomp filter as a spawned worker does (its CPU limit is the kernel's SIGKILL: an init ignores a
-default-action SIGXCPU; see ``worker.apply_rlimits``), before saying ``ready``. The template reaps it and
+default-action SIGXCPU; see ``hardening.apply_rlimits``), before saying ``ready``. The template reaps it and
 writes its exit code to its exit-status pipe. The host moves the worker into its own cgroup before any
 request (so before any untrusted code) and holds a pidfd of it to kill it without pid reuse races; it
 changes a worker's scheduling through the template, whose unreaped child cannot have lost its pid.
@@ -39,7 +39,7 @@ from hopgym.sandbox.launcher import (
 from hopgym.sandbox.limits import SandboxLimits
 from hopgym.sandbox.pool import WorkerHandle, await_ready, check_hardening
 from hopgym.sandbox.protocol import PipeWriter, ready
-from hopgym.sandbox.worker import PROTOCOL_VERSION
+from hopgym.sandbox.wire import PROTOCOL_VERSION
 
 _CONTROL_MESSAGE_BYTES = 4096
 _IDLE_EXIT_SECONDS = 0.02
@@ -92,7 +92,7 @@ class ForkServer:
 
     def schedule(self, worker: Forked, policy: int, priority: int) -> tuple[int, int] | None:
         """Set ``worker``'s scheduling policy and priority while the template has not reaped it (race-free:
-        see ``worker._schedule``); the policy and priority it had, None once it is gone (or its template).
+        see ``template._schedule``); the policy and priority it had, None once it is gone (or its template).
         A template that does not answer in time is stopped, as after a failed fork: a late answer would
         be read as the next fork's."""
         with self._lock:

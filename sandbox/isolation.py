@@ -23,13 +23,24 @@ from pathlib import Path
 from typing import Any
 
 from hopgym.errors import ConfigError, IsolationUnavailableError
+from hopgym.sandbox.hardening import DEVICES, LIBSECCOMP
 from hopgym.sandbox.limits import SandboxLimits
-from hopgym.sandbox.worker import DEVICES, LIBSECCOMP
 
 ISOLATION_LEVELS = ("auto", "bwrap", "namespaces", "none")
 UNPRIVILEGED_UID = 65534
 """``nobody``: the uid tool code runs as."""
 WORKER_SCRIPT = Path(__file__).resolve().with_name("worker.py")
+WORKER_FILES = (
+    "worker.py",
+    "hardening.py",
+    "template.py",
+    "code_policy.py",
+    "policy.py",
+    "wire.py",
+    "handler.py",
+)
+"""Every file the worker runs, beside :data:`WORKER_SCRIPT`: the sandbox image copies these (Dockerfile),
+the process backend's view shows their folder."""
 WORKER_ENVIRONMENT = {"PATH": "/usr/local/bin:/usr/bin:/bin", "LANG": "C.UTF-8"}
 """The whole environment a worker sees: nothing of the host's (secrets live there)."""
 
@@ -108,7 +119,7 @@ def worker_command(
     template: bool = False,
 ) -> list[str]:
     """The argv that starts one worker under ``plan``; its stdin/stdout carry the protocol. With
-    ``template``, the fork-server instead (see ``worker.serve_template``; root only): it keeps the
+    ``template``, the fork-server instead (see ``template.serve_template``; root only): it keeps the
     capabilities to give each worker it forks its own namespaces and mounts, and its stdin is the host's
     control socket."""
     python_path = _policy_python_path() if policy else []
@@ -140,14 +151,20 @@ def interpreter() -> str:
 
 @functools.cache
 def worker_program() -> str:
-    """What the worker's interpreter runs: ``worker.py`` compiled afresh into its ``__pycache__`` (compiling
-    the source costs about 7 ms of every worker start), or the source itself where that folder is read-only;
-    both run the same code."""
-    compiled = importlib.util.cache_from_source(str(WORKER_SCRIPT))
+    """What the worker's interpreter runs: ``worker.py`` compiled afresh into its ``__pycache__``, with the
+    modules it imports (compiling the sources costs about 7 ms of every worker start, which runs with
+    ``-B`` and writes no cache), or the source itself where that folder is read-only; both run the same
+    code."""
     try:
-        py_compile.compile(str(WORKER_SCRIPT), cfile=compiled, doraise=True)
+        compiled = [_compiled(WORKER_SCRIPT.with_name(name)) for name in WORKER_FILES]
     except (OSError, py_compile.PyCompileError):
         return str(WORKER_SCRIPT)
+    return compiled[WORKER_FILES.index(WORKER_SCRIPT.name)]
+
+
+def _compiled(source: Path) -> str:
+    compiled = importlib.util.cache_from_source(str(source))
+    py_compile.compile(str(source), cfile=compiled, doraise=True)
     return compiled
 
 

@@ -2,8 +2,8 @@
 
 The OS-level isolation (namespaces, uid, seccomp, rlimits) is the boundary; this layer only narrows what
 tool code can name: no underscore attributes (so no ``__subclasses__`` walks), imports from a list of
-computational standard-library modules only, guarded item and attribute writes. Loaded by ``worker.py``
-from this file, so it uses nothing but the standard library and RestrictedPython.
+computational standard-library modules only, guarded item and attribute writes. Loaded by the worker
+(``code_policy.load_policy``), so it uses nothing but the standard library and RestrictedPython.
 
 RestrictedPython refuses augmented assignment to items and attributes (``x[k] += v``, ``self.n += 1``),
 which ToolHop code uses; the source is first rewritten to the plain form (``x[k] = x[k] + v``), which

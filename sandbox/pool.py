@@ -18,7 +18,7 @@ from typing import Any
 
 from hopgym.errors import SandboxError, WorkerCrashedError, WorkerTimeoutError
 from hopgym.sandbox.protocol import WorkerConnection
-from hopgym.sandbox.worker import PROTOCOL_VERSION
+from hopgym.sandbox.wire import PROTOCOL_VERSION
 
 
 @dataclass

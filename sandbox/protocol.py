@@ -1,4 +1,4 @@
-"""The host side of the JSON-lines protocol spoken with a sandbox worker (see ``worker.py``).
+"""The host side of the JSON-lines protocol spoken with a sandbox worker (its side: ``wire.py``).
 
 One JSON object per line in each direction. The host sends requests, each with a fresh random ``id``; the
 worker answers each with exactly one final message, possibly preceded by events, and every message it sends
@@ -35,8 +35,8 @@ import time
 from typing import IO, Any, Protocol
 
 from hopgym.errors import WorkerCrashedError, WorkerProtocolError, WorkerTimeoutError
-from hopgym.sandbox.worker import ERROR_TEXT_CAP
-from hopgym.sandbox.worker import ready as ready  # one copy for both sides: the worker imports no hopgym
+from hopgym.sandbox.wire import ERROR_TEXT_CAP
+from hopgym.sandbox.wire import ready as ready  # one copy for both sides: the worker imports no host module
 
 _ESCAPED_CHAR_BYTES = 12
 """The most bytes one character takes in the worker's ASCII-only JSON (an astral character: two escapes)."""

@@ -4,8 +4,13 @@ it only hides the knot from the interpreter's start-up."""
 
 from __future__ import annotations
 
+import ast
+import sys
+from pathlib import Path
+
 import pytest
 
+from hopgym.sandbox.isolation import WORKER_FILES
 from tests.test_layering import ROOT, hopgym_imports, module_name, package_files
 
 
@@ -83,8 +88,45 @@ def test_the_check_allows_a_chain_and_a_module_importing_itself() -> None:
     assert cycles(import_graph(sources)) == []
 
 
-def test_the_sandbox_worker_imports_no_hopgym() -> None:
-    """``worker.py`` runs as a plain script inside the sandbox, where hopgym is not importable; the host
-    imports its protocol version, error cap, seccomp library and devices from it (one definition each)."""
-    worker = ROOT / "sandbox" / "worker.py"
-    assert hopgym_imports(worker.read_text(encoding="utf-8")) == []
+def test_the_sandbox_worker_imports_only_its_own_files_and_the_standard_library() -> None:
+    """The worker's files run as a plain script inside the sandbox, where hopgym is not importable: each
+    imports only the others (as ``hopgym.sandbox.…``, the paths the host imports them by), the standard
+    library and, for the restricted policy, RestrictedPython; the host imports its protocol version, error
+    cap, seccomp library and devices from them (one definition each)."""
+    own = {f"hopgym.sandbox.{Path(name).stem}" for name in WORKER_FILES}
+    for name in WORKER_FILES:
+        source = (ROOT / "sandbox" / name).read_text(encoding="utf-8")
+        outside = [(line, target) for line, target in hopgym_imports(source) if _module_of(target) not in own]
+        assert outside == [], f"{name} imports hopgym modules the worker lacks: {outside}"
+        others = {module.split(".")[0] for module in _plain_imports(source)} - {"hopgym", "__future__"}
+        allowed = set(sys.stdlib_module_names) | ({"RestrictedPython"} if name == "policy.py" else set())
+        assert others <= allowed, f"{name} imports what the sandbox lacks: {sorted(others - allowed)}"
+
+
+def test_no_worker_file_shadows_a_standard_library_module() -> None:
+    """The sandbox image runs ``worker.py`` without ``-I``, so its folder comes first on ``sys.path``: a
+    worker file named like a standard-library module would stand in for that module in tool code."""
+    assert [name for name in WORKER_FILES if Path(name).stem in sys.stdlib_module_names] == []
+
+
+def test_the_sandbox_image_copies_every_worker_file() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text(encoding="utf-8").replace("\\\n", " ")
+    copies = [line.split() for line in dockerfile.splitlines() if line.endswith(" /opt/hopgym/")]
+    assert len(copies) == 1, "the Dockerfile's sandbox stage copies the worker's files in one COPY"
+    assert sorted(copies[0][1:-1]) == sorted(f"sandbox/{name}" for name in WORKER_FILES)
+
+
+def _module_of(target: str) -> str:
+    """``hopgym.sandbox.wire.Channel`` -> ``hopgym.sandbox.wire`` (a worker module is one level deep)."""
+    return ".".join(target.split(".")[:3])
+
+
+def _plain_imports(source: str) -> list[str]:
+    """Every module an ``import`` or an absolute ``from … import`` names, at any depth of the code."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            found.append(node.module)
+    return found

@@ -18,7 +18,7 @@ import pytest
 from hopgym.errors import ConfigError, IsolationUnavailableError, SandboxError, WorkerTimeoutError
 from hopgym.sandbox import Sandbox, isolation, make_sandbox
 from hopgym.sandbox.cgroups import WorkerCgroup, resolve_cgroups
-from hopgym.sandbox.isolation import WORKER_SCRIPT, worker_program, worker_view
+from hopgym.sandbox.isolation import WORKER_FILES, WORKER_SCRIPT, worker_program, worker_view
 from hopgym.sandbox.launcher import PausingConnection
 from hopgym.sandbox.process import ProcessSandbox
 from hopgym.sandbox.protocol import WorkerConnection
@@ -351,7 +351,7 @@ def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
     require_isolation(level)
     checkout = tmp_path / "checkout" / "sandbox"
     checkout.mkdir(parents=True)
-    for name in ("worker.py", "policy.py"):
+    for name in WORKER_FILES:
         shutil.copy(WORKER_SCRIPT.with_name(name), checkout / name)
     monkeypatch.setattr(isolation, "WORKER_SCRIPT", checkout / "worker.py")
     monkeypatch.setattr(isolation, "worker_program", lambda: str(checkout / "worker.py"))
@@ -359,7 +359,30 @@ def test_a_checkout_under_a_hidden_folder_in_tmp_still_runs(
         box.load([f"import os\ndef where():\n    return sorted(os.listdir({str(checkout)!r}))\n"])
         result = box.call("where", {})
     assert result.status == "ok", result.error
-    assert result.value == ["policy.py", "worker.py"]
+    assert result.value == sorted(WORKER_FILES)
+
+
+LOADED_HOPGYM = """
+import sys
+def loaded():
+    return sorted(name for name in sys.modules if name.split(".")[0] == "hopgym")
+def import_host_module():
+    import hopgym.sandbox.isolation
+"""
+
+
+def test_the_worker_runs_its_own_modules_and_none_of_the_hosts(sandbox: Sandbox) -> None:
+    """The worker's folder (in its view) holds the host's sandbox modules too; only the worker's own are
+    importable there: hopgym's ``__init__`` and the host's modules (secrets, data paths) never run."""
+    sandbox.load([LOADED_HOPGYM])
+    loaded = sandbox.call("loaded", {})
+    assert loaded.status == "ok", loaded.error
+    own = {f"hopgym.sandbox.{Path(name).stem}" for name in WORKER_FILES} - {"hopgym.sandbox.worker"}
+    assert set(loaded.value) == {"hopgym", "hopgym.sandbox"} | own - {"hopgym.sandbox.policy"}
+    refused = sandbox.call("import_host_module", {})
+    assert refused.status == "error" and refused.error.startswith("ModuleNotFoundError"), refused.error
+    assert "hopgym.errors" in refused.error
+    assert sandbox.call("loaded", {}).value == loaded.value  # the worker still serves, nothing more loaded
 
 
 def test_the_report_lists_the_cgroup_limits_and_the_view(sandbox: Sandbox) -> None:

@@ -24,13 +24,14 @@ pytestmark = [pytest.mark.attack, pytest.mark.host_side]
 
 WORKER_GLOBALS = (
     "import gc, json\n"
-    "_g = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel').send.__globals__\n"
+    "_g = next(o for o in gc.get_objects() if type(o).__name__ == 'Worker')._send_result.__globals__\n"
 )
-"""Code that reaches the worker's own module (tool code and code blocks share their worker's process)."""
+"""Code that reaches the worker's request handler, whose ``encode_value`` encodes each result and each call
+a code block sends (tool code and code blocks share their worker's process)."""
 RAW_REPLY = (  # inside a function: a task's tool source keeps only its imports and definitions
     "def _send_raw(text):\n"  # the next result's value field is ``text``, as it is, past every cap
     "    import gc\n"
-    "    g = next(o for o in gc.get_objects() if type(o).__name__ == 'Channel').send.__globals__\n"
+    "    g = next(o for o in gc.get_objects() if type(o).__name__ == 'Worker')._send_result.__globals__\n"
     "    encode = g['encode_value']\n"
     "    def once(value, cap):\n"
     "        g['encode_value'] = encode\n"
