@@ -30,7 +30,7 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 require_extra("docker", "docker")
 
-from hopgym.errors import DockerUnavailableError  # noqa: E402
+from hopgym.errors import DockerUnavailableError, EnvServerError  # noqa: E402
 from hopgym.sandbox.docker.engine import build_image, connect_engine, sdk  # noqa: E402
 from tests.test_serve_env import in_process, outcome, over_the_server, policy  # noqa: E402
 
@@ -181,7 +181,7 @@ def test_a_session_without_the_api_key_is_refused(served: tuple[str, str]) -> No
         async with HopgymEnvClient(url) as client:
             await client.reset(index=0)
 
-    with pytest.raises(ConnectionError, match="403"):  # the WebSocket handshake is refused
+    with pytest.raises(EnvServerError, match=r"refused the session.*403"):  # the handshake is refused
         asyncio.run(without_key())
 
 

@@ -127,16 +127,17 @@ def replay(task: HopgymData, trace: vf.Trace) -> dict[str, Any]:
     try:
         env.reset(options={"index": task.index})
         outcome: dict[str, Any] = {"reward": 0.0, "correct": False, "calls": [], "metrics": {}}
-        seen: list[Any] = []
         for message in trace.assistant_messages:
-            observation, reward, terminated, truncated, info = env.step(action_of(message))
+            _, reward, terminated, truncated, info = env.step(action_of(message))
             outcome["calls"] += info["calls"]
-            seen = [m["content"] for m in observation["messages"] if m["role"] == "tool"]
             if terminated or truncated:
                 outcome.update(
                     reward=float(reward), correct=bool(info.get("correct")), metrics=info.get("metrics") or {}
                 )
                 break
+        # A call's feedback is what the toolset answered; the call that ends an episode (FamilyTool's one
+        # call) has no tool message in the env's chat, yet the model saw its result.
+        seen = [call["feedback"] for call in outcome["calls"]]
         shown = [message.content for message in trace.tool_messages]
         if shown != seen[: len(shown)]:
             raise DataError(f"task {task.task_id}: the tool results the model saw differ from the replay's")
