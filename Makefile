@@ -11,9 +11,12 @@ MYPY := $(VENV)/bin/mypy --cache-dir $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/hopg
 
 .PHONY: demo local-model system-deps test typecheck bench lint format clean
 
+# openenv-core (the serve extra's old name, before openenv 0.10.0) ships the same `openenv` package: a venv made
+# before the move would hold both, one overwriting the other's files, so it goes first.
 $(VENV)/.installed: pyproject.toml environments/hopgym_env/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip uninstall -qq --yes openenv-core
 	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers,train]'
 	$(PY) -m pip install --quiet -e environments/hopgym_env
 	touch $@
