@@ -79,6 +79,47 @@ def first_tool_call(prompt: str) -> str:
     return f"<tool_call>{json.dumps(call, separators=(',', ':'))}</tool_call><|im_end|>"
 
 
+def script_first_calls(monkeypatch: pytest.MonkeyPatch, *, every_episode: bool) -> None:
+    """Make an episode's first reply a :func:`first_tool_call` (the model's own reply replaced), so the call
+    is certain to run in a sandbox: only the first episode's, or ``every_episode``'s."""
+    from trl import GRPOTrainer
+
+    original = GRPOTrainer._generate_single_turn
+    scripted: list[str] = []
+
+    def generate(self, prompt_ids, *args, **kwargs):
+        ids, logprobs = original(self, prompt_ids, *args, **kwargs)
+        for row, prompt in enumerate(prompt_ids):
+            text = self.processing_class.decode(prompt)
+            if "<tool_response>" not in text and (every_episode or not scripted):
+                scripted.append(first_tool_call(text))
+                ids[row] = self.processing_class(scripted[-1], add_special_tokens=False)["input_ids"]
+        return ids, logprobs
+
+    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", generate)
+
+
+def grpo_config(out: Path, model: Path, **settings: object) -> TrainConfig:
+    """A run of 2 tasks x 2 generations a step on the tiny model, one thread, two trained layers."""
+    defaults: dict[str, object] = {"limit": 2, "num_generations": 2, "tasks_per_step": 2, "train_layers": 2}
+    return TrainConfig(
+        out=out,
+        env_kwargs=ENV_KWARGS,
+        model=str(model),
+        threads=1,
+        progress=False,
+        **{**defaults, **settings},
+    )
+
+
+def assert_replays_equal(episode: dict) -> None:
+    """A logged episode's reward and calls equal the env's for the same replies sent again to a fresh env."""
+    reward, calls = replay(episode)
+    assert episode["reward"] == episode["rewards"]["env_reward"] == reward
+    logged = [[(c["name"], c["status"], c["feedback"]) for c in turn["calls"]] for turn in episode["turns"]]
+    assert logged == [[(c["name"], c["status"], c["feedback"]) for c in turn] for turn in calls]
+
+
 def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypatch, tiny_model):
     """One step, 2 tasks x 2 generations, 40 tokens: every logged reward equals the env's reward for the
     same replies sent again through env.step, the trainer's reward is their mean, and the call the first
@@ -86,36 +127,12 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     episode's first reply is scripted, so that one call is certain to be made; the model is the tiny one
     with SmolLM2's tokenizer (what is checked does not depend on the weights, and SmolLM2's forward and
     backward passes cost 30 s of CPU here; the learning run in docs/training.md trains SmolLM2 itself)."""
-    from trl import GRPOTrainer
-
     from hopgym.train.grpo import train
     from hopgym.train.steplog import read_steps
 
-    original = GRPOTrainer._generate_single_turn
-    scripted: list[str] = []
-
-    def generate(self, prompt_ids, *args, **kwargs):
-        ids, logprobs = original(self, prompt_ids, *args, **kwargs)
-        prompt = self.processing_class.decode(prompt_ids[0])
-        if not scripted and "<tool_response>" not in prompt:  # the first episode's first turn: a real call
-            scripted.append(first_tool_call(prompt))
-            ids[0] = self.processing_class(scripted[0], add_special_tokens=False)["input_ids"]
-        return ids, logprobs
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", generate)
-    config = TrainConfig(
-        out=tmp_path / "run",
-        env_kwargs=ENV_KWARGS,
-        model=str(tiny_model),
-        limit=2,
-        num_generations=2,
-        tasks_per_step=2,
-        max_completion_length=BUDGET,
-        train_layers=2,
-        max_steps=1,
-        save_steps=1,
-        threads=1,
-        progress=False,
+    script_first_calls(monkeypatch, every_episode=False)
+    config = grpo_config(
+        tmp_path / "run", tiny_model, max_completion_length=BUDGET, max_steps=1, save_steps=1
     )
     train(config)
 
@@ -125,12 +142,7 @@ def test_one_grpo_step_scores_each_completion_as_the_env_does(tmp_path, monkeypa
     assert len({e["task_id"] for e in episodes}) == 2
     shaped = ShapedReward()
     for episode in episodes:
-        reward, calls = replay(episode)
-        assert episode["reward"] == episode["rewards"]["env_reward"] == reward
-        logged = [
-            [(c["name"], c["status"], c["feedback"]) for c in turn["calls"]] for turn in episode["turns"]
-        ]
-        assert logged == [[(c["name"], c["status"], c["feedback"]) for c in turn] for turn in calls]
+        assert_replays_equal(episode)
         assert episode["rewards"]["shaped_reward"] == pytest.approx(shaped.score(episode))
     assert step["reward"] == pytest.approx(sum(e["rewards"]["shaped_reward"] for e in episodes) / 4)
     assert "loss" in step and step["seconds"]["generation"] > 0 and step["seconds"]["env"] > 0
@@ -551,24 +563,12 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
     whole; every logged reward and call replays equal in process."""
     if importlib.util.find_spec("openenv") is None:
         unavailable("openenv.core is not installed: pip install 'hopgym[serve]'")
-    from trl import GRPOTrainer
-
     from hopgym.agents.adapters.remote_rollouts import on_servers
     from hopgym.train.grpo import train
     from hopgym.train.steplog import StepLog, read_steps
     from tests.test_remote_rollouts import env_servers
 
-    original = GRPOTrainer._generate_single_turn
-
-    def generate(self, prompt_ids, *args, **kwargs):
-        ids, logprobs = original(self, prompt_ids, *args, **kwargs)
-        for row, prompt in enumerate(prompt_ids):
-            text = self.processing_class.decode(prompt)
-            if "<tool_response>" not in text:
-                ids[row] = self.processing_class(first_tool_call(text), add_special_tokens=False)["input_ids"]
-        return ids, logprobs
-
-    monkeypatch.setattr(GRPOTrainer, "_generate_single_turn", generate)
+    script_first_calls(monkeypatch, every_episode=True)
     env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
     with env_servers(2, "--env", "KGTool-v0", *env_args) as [(first, first_process), (second, _)]:
         logged = StepLog.on_log
@@ -580,19 +580,8 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
                 first_process.wait()
 
         monkeypatch.setattr(StepLog, "on_log", on_log)
-        config = TrainConfig(
-            out=tmp_path / "run",
-            env_kwargs=ENV_KWARGS,
-            model=str(tiny_model),
-            limit=2,
-            num_generations=2,
-            tasks_per_step=2,
-            max_completion_length=128,
-            train_layers=2,
-            max_steps=2,
-            save_steps=2,
-            threads=1,
-            progress=False,
+        config = grpo_config(
+            tmp_path / "run", tiny_model, max_completion_length=128, max_steps=2, save_steps=2
         )
         train(config, make_rollouts=on_servers([first, second]))
 
@@ -605,12 +594,7 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
     cut = [e["cut_off"] for e in steps[1]["episodes"] if e["cut_off"]]
     assert cut and all(len(c) == 1 and c[0].startswith(f"{first}: ") for c in cut)
     for episode in [e for step in steps for e in step["episodes"]]:
-        reward, calls = replay(episode)
-        assert episode["reward"] == episode["rewards"]["env_reward"] == reward
-        logged_calls = [
-            [(c["name"], c["status"], c["feedback"]) for c in turn["calls"]] for turn in episode["turns"]
-        ]
-        assert logged_calls == [[(c["name"], c["status"], c["feedback"]) for c in turn] for turn in calls]
+        assert_replays_equal(episode)
         first_call = episode["turns"][0]["calls"][0]
         assert first_call["status"] == "tool_error" and "unknown entity 'x'" in first_call["feedback"]
     assert (tmp_path / "run" / "checkpoint-2" / "trainer_state.json").is_file()
