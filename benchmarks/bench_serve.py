@@ -1,15 +1,18 @@
 """Env steps per second and per-step latency, scripted policy: in process, through verifiers and through the
 OpenEnv server; the server's added latency against openenv's own floor; ``env.step`` against the raw sandbox.
 
-Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--concurrency 1,8,64]
+Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--concurrency 1,64,256]
 [--rounds 4]`` (needs ``hopgym[serve]`` and ``hopgym[verifiers]``). Prints one JSON object:
-- ``in_process`` / ``verifiers`` / ``server`` / ``noop_server``: for each number of concurrent episodes,
-  steps/s and the median and p90 of one step as the policy sees it. In process: ``Rollouts``, a worker thread
-  per step. Verifiers: hopgym's verifiers env driven by verifiers' own ``rollout`` loop, its model call
-  replaced by the scripted policy (a step: from the model's reply to the next model call). Server: ``hopgym
-  serve env`` as a subprocess, one ``HopgymEnvClient`` WebSocket session per episode. No-op server: the same
-  client, openenv app and uvicorn settings over an openenv ``Environment`` that does nothing (openenv's own
-  round trip: the floor under any env served through it);
+- ``in_process`` / ``verifiers`` / ``server`` / ``server_stock_client`` / ``noop_server``: for each number of
+  concurrent episodes, steps/s and the median, p90 and p99 of one step as the policy sees it. In process:
+  ``Rollouts``, a worker thread per step. Verifiers: hopgym's verifiers env driven by verifiers' own
+  ``rollout`` loop, its model call replaced by the scripted policy (a step: from the model's reply to the next
+  model call). Server: ``hopgym serve env`` as a subprocess, one ``HopgymEnvClient`` WebSocket session per
+  episode (delta frames); stock client: the same server through OpenEnv's ``GenericEnvClient`` (whole
+  observations, plain dicts). No-op server: hopgym's client, openenv's app and the same uvicorn settings and
+  session room over an openenv ``MCPEnvironment`` that does nothing, in the same frame shape (openenv's own
+  round trip: the floor under any env served through it). The servers have room for twice the highest
+  level (``--max-sessions``: a round's sessions may still be closing when the next round opens its own);
 - ``server_added_ms``: server median minus in-process median, per step; ``floor_ms``: the no-op server's
   median; ``hopgym_added_ms``: what is left of the added latency above the floor (hopgym's own part);
 - with ``--baseline CHECKOUT``: ``server_baseline``, the same server run from that checkout's code (e.g. the
