@@ -77,11 +77,13 @@ def full_pass(env: ToolHopEnv) -> dict[str, Any]:
     return {"tasks": len(env.tasks), "seconds": time.perf_counter() - started, "statuses": statuses}
 
 
-def _descendants(pid: int) -> list[int]:
+def descendants(pid: int) -> list[int]:
+    """Every process under ``pid``, from each of its threads' ``children`` in /proc (a worker started from a
+    thread other than the main one is listed under that thread only)."""
     found = []
     for task in Path(f"/proc/{pid}/task").iterdir():
         for child in (task / "children").read_text().split():
-            found += [int(child), *_descendants(int(child))]
+            found += [int(child), *descendants(int(child))]
     return found
 
 
@@ -91,7 +93,7 @@ def workers_peak_rss_mb() -> float:
     ``RUSAGE_CHILDREN`` is no use here: a forked child's maxrss starts at the parent's size.
     """
     peaks = []
-    for pid in _descendants(os.getpid()):
+    for pid in descendants(os.getpid()):
         try:
             status = Path(f"/proc/{pid}/status").read_text()
         except OSError:  # exited meanwhile

@@ -1,15 +1,18 @@
 """Env steps per second and per-step latency, scripted policy: in process, through verifiers and through the
 OpenEnv server; the server's added latency against openenv's own floor; ``env.step`` against the raw sandbox.
 
-Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--concurrency 1,8,64]
+Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_serve.py [--concurrency 1,64,256]
 [--rounds 4]`` (needs ``hopgym[serve]`` and ``hopgym[verifiers]``). Prints one JSON object:
-- ``in_process`` / ``verifiers`` / ``server`` / ``noop_server``: for each number of concurrent episodes,
-  steps/s and the median and p90 of one step as the policy sees it. In process: ``Rollouts``, a worker thread
-  per step. Verifiers: hopgym's verifiers env driven by verifiers' own ``rollout`` loop, its model call
-  replaced by the scripted policy (a step: from the model's reply to the next model call). Server: ``hopgym
-  serve env`` as a subprocess, one ``HopgymEnvClient`` WebSocket session per episode. No-op server: the same
-  client, openenv app and uvicorn settings over an openenv ``Environment`` that does nothing (openenv's own
-  round trip: the floor under any env served through it);
+- ``in_process`` / ``verifiers`` / ``server`` / ``server_stock_client`` / ``noop_server``: for each number of
+  concurrent episodes, steps/s and the median, p90 and p99 of one step as the policy sees it. In process:
+  ``Rollouts``, a worker thread per step. Verifiers: hopgym's verifiers env driven by verifiers' own
+  ``rollout`` loop, its model call replaced by the scripted policy (a step: from the model's reply to the next
+  model call). Server: ``hopgym serve env`` as a subprocess, one ``HopgymEnvClient`` WebSocket session per
+  episode (delta frames); stock client: the same server through OpenEnv's ``GenericEnvClient`` (whole
+  observations, plain dicts). No-op server: hopgym's client, openenv's app and the same uvicorn settings and
+  session room over an openenv ``MCPEnvironment`` that does nothing, in the same frame shape (openenv's own
+  round trip: the floor under any env served through it). The servers have room for twice the highest
+  level (``--max-sessions``: a round's sessions may still be closing when the next round opens its own);
 - ``server_added_ms``: server median minus in-process median, per step; ``floor_ms``: the no-op server's
   median; ``hopgym_added_ms``: what is left of the added latency above the floor (hopgym's own part);
 - with ``--baseline CHECKOUT``: ``server_baseline``, the same server run from that checkout's code (e.g. the
@@ -40,7 +43,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -54,6 +57,9 @@ from hopgym.agents.model.scripted_server import placeholder_arguments
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.messages import tool_call
 from hopgym.sandbox import make_sandbox
+
+if TYPE_CHECKING:
+    from openenv.core.generic_client import GenericEnvClient
 
 READY = re.compile(r"^ready: --base-url (\S+)$")
 Samples = tuple[list[float], float]
@@ -77,6 +83,7 @@ def figures(step_ms: list[float], seconds: float) -> dict[str, float]:
         "steps_per_s": round(len(step_ms) / seconds, 1),
         "median_ms": round(statistics.median(step_ms), 3),
         "p90_ms": round(percentile(step_ms, 0.9), 3),
+        "p99_ms": round(percentile(step_ms, 0.99), 3),
     }
 
 
@@ -162,21 +169,27 @@ async def through_verifiers(concurrency: int, episodes: int, turns: int) -> Samp
         await env.close_envs()
 
 
-async def server_steps(url: str, concurrency: int, episodes: int, turns: int) -> Samples:
-    """``concurrency`` sessions, opened (their envs made) and warmed up before the timed episodes."""
+Client: TypeAlias = "type[HopgymEnvClient] | type[GenericEnvClient]"
+
+
+async def server_steps(url: str, kind: Client, concurrency: int, episodes: int, turns: int) -> Samples:
+    """``concurrency`` sessions of clients of ``kind``, opened (their envs made) and warmed up before the
+    timed episodes. hopgym's client gets delta frames and parses them into a ``HopgymObservation``;
+    OpenEnv's stock ``GenericEnvClient`` gets whole observations as dicts."""
     step_ms: list[float] = []
     queue: list[int] = []
 
-    async def play(client: HopgymEnvClient) -> None:
+    async def play(client: HopgymEnvClient | GenericEnvClient) -> None:
         while queue:
             result = await client.reset(index=queue.pop() % 100)
             while not result.done:
-                chosen = HopgymAction.of(action(result.observation.model_dump(), turns))
+                seen = result.observation
+                chosen = HopgymAction.of(action(seen if isinstance(seen, dict) else seen.model_dump(), turns))
                 started = time.perf_counter()
                 result = await client.step(chosen)
                 step_ms.append((time.perf_counter() - started) * 1000)
 
-    clients = [HopgymEnvClient(url) for _ in range(concurrency)]
+    clients = [kind(url) for _ in range(concurrency)]
     try:
         for client in clients:
             await client.connect()
@@ -192,15 +205,15 @@ async def server_steps(url: str, concurrency: int, episodes: int, turns: int) ->
             await client.close()
 
 
-def noop_app(turns: int) -> Any:
-    """openenv's app over an ``Environment`` that does nothing: a reset offers one tool, each step answers
-    with one short tool message, and the episode ends after ``turns`` of them (what the client's policy
-    expects), so that only openenv, uvicorn and the client are measured."""
-    import functools
+def noop_app(turns: int, max_sessions: int) -> Any:
+    """openenv's app over openenv's ``MCPEnvironment`` (the base of hopgym's served env: the same session
+    setup, MCP session and thread hop per step) doing nothing: a reset offers one tool, each step answers
+    with one short tool message in hopgym's delta-frame shape (the new messages, the tools left out), and
+    the episode ends after ``turns`` of them (what the client's policy expects), so that only openenv,
+    uvicorn and the client are measured."""
+    from fastmcp import FastMCP
 
-    from openenv.core.env_server import create_app
-    from openenv.core.env_server.interfaces import Environment
-
+    from hopgym.agents.adapters.openenv_core import MCPEnvironment, create_app
     from hopgym.agents.adapters.openenv_server import QuietClose
 
     tool = {
@@ -208,11 +221,11 @@ def noop_app(turns: int) -> Any:
         "function": {"name": "noop", "parameters": {"type": "object", "properties": {}}},
     }
 
-    class Noop(Environment[HopgymAction, HopgymObservation, HopgymState]):
+    class Noop(MCPEnvironment):
         SUPPORTS_CONCURRENT_SESSIONS = True
 
         def __init__(self) -> None:
-            super().__init__()
+            super().__init__(FastMCP("noop"))
             self._turn = 0
 
         def reset(
@@ -221,34 +234,36 @@ def noop_app(turns: int) -> Any:
             self._turn = 0
             return self._observation([{"role": "user", "content": "go"}], 0)
 
-        def step(self, action: HopgymAction, timeout_s: float | None = None, **_: Any) -> HopgymObservation:
+        def _step_impl(
+            self, action: HopgymAction, timeout_s: float | None = None, **_: Any
+        ) -> HopgymObservation:
             self._turn += 1
             messages = [action.message(), {"role": "tool", "tool_call_id": "b", "content": "ok"}]
             return self._observation(messages, 2 * self._turn - 1)
 
         def _observation(self, messages: list[dict[str, Any]], start: int) -> HopgymObservation:
             done = self._turn > turns
-            return HopgymObservation.model_construct(
-                messages=messages, messages_from=start, tools=[tool], info={"turn": self._turn},
-                reward=0.0, done=done, terminated=done, truncated=False,
+            return HopgymObservation(
+                messages=messages, messages_from=start, tools=[] if start else [tool], same_tools=start > 0,
+                info={"turn": self._turn}, reward=0.0, done=done, terminated=done, truncated=False,
             )  # fmt: skip
 
         @property
         def state(self) -> HopgymState:
             return HopgymState(env_id="noop")
 
-    app = create_app(functools.partial(Noop), HopgymAction, HopgymObservation, max_concurrent_envs=256)
+    app = create_app(Noop, HopgymAction, HopgymObservation, max_concurrent_envs=max_sessions)
     return QuietClose(app)  # as hopgym's server: a client's close ends a session without a traceback
 
 
-def serve_noop(turns: int) -> None:
+def serve_noop(turns: int, max_sessions: int) -> None:
     """The no-op server on a free port of 127.0.0.1 (``--noop-server``), with ``hopgym serve env``'s
     uvicorn settings; prints the same ready line."""
     from hopgym.agents.adapters.openenv_server import uvicorn_server
 
     listener = socket.create_server(("127.0.0.1", 0), backlog=2048)
     print(f"ready: --base-url http://127.0.0.1:{listener.getsockname()[1]}", flush=True)
-    uvicorn_server(noop_app(turns)).run(sockets=[listener])
+    uvicorn_server(noop_app(turns, max_sessions)).run(sockets=[listener])
 
 
 def serve(command: list[str], checkout: str | None = None) -> tuple[subprocess.Popen, str]:
@@ -264,9 +279,21 @@ def serve(command: list[str], checkout: str | None = None) -> tuple[subprocess.P
 def hopgym_server(max_sessions: int, turns: int) -> list[str]:
     """``hopgym serve env`` with room for ``max_sessions`` and as many more still closing from a round
     before (the server closes a session's env after its client has gone)."""
-    max_sessions *= 2
-    command = [sys.executable, "-m", "hopgym.cli", "serve", "env", "--max-sessions", str(max_sessions)]
+    command = [sys.executable, "-m", "hopgym.cli", "serve", "env", "--max-sessions", str(2 * max_sessions)]
     return [*command, "--env-arg", "protocol=hopgym", "--env-arg", f"max_turns={turns + 1}"]
+
+
+def noop_server(max_sessions: int, turns: int) -> list[str]:
+    """The no-op server (:func:`noop_app`) with the same room as :func:`hopgym_server`."""
+    return [
+        sys.executable,
+        __file__,
+        "--noop-server",
+        "--turns",
+        str(turns),
+        "--max-sessions",
+        str(2 * max_sessions),
+    ]
 
 
 def stop(server: subprocess.Popen) -> None:
@@ -277,8 +304,8 @@ def stop(server: subprocess.Popen) -> None:
 Side = Callable[[int, int, int], Awaitable[Samples]]
 
 
-def over_the_wire(url: str) -> Side:
-    return lambda concurrency, episodes, turns: server_steps(url, concurrency, episodes, turns)
+def over_the_wire(url: str, kind: Client = HopgymEnvClient) -> Side:
+    return lambda concurrency, episodes, turns: server_steps(url, kind, concurrency, episodes, turns)
 
 
 def measure(
@@ -346,7 +373,7 @@ def env_step_vs_sandbox(calls: int, rounds: int, baseline: str | None) -> dict[s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--concurrency", default="1,8,64", help="comma list of concurrent episodes")
+    parser.add_argument("--concurrency", default="1,64,256", help="comma list of concurrent episodes")
     parser.add_argument("--episodes", type=int, default=2, help="episodes per concurrent slot and round")
     parser.add_argument("--turns", type=int, default=20, help="tool-calling turns per episode")
     parser.add_argument("--calls", type=int, default=2000, help="warm calls for env.step vs sandbox")
@@ -355,10 +382,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=4, help="rounds per side (sides alternate)")
     parser.add_argument("--loop", choices=("asyncio", "uvloop"), default="asyncio", help="the clients' loop")
     parser.add_argument("--noop-server", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--max-sessions", type=int, default=512, help=argparse.SUPPRESS)
     parser.add_argument("--env-step-block", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.noop_server:
-        serve_noop(args.turns)
+        serve_noop(args.turns, args.max_sessions)
         return
     if args.env_step_block:
         env_step_block(args.env_step_block)
@@ -368,12 +396,15 @@ def main() -> None:
     result.update(env_step_vs_sandbox(args.calls, args.rounds, args.baseline))
     servers = {
         "server": serve(hopgym_server(max(levels), args.turns)),
-        "noop_server": serve([sys.executable, __file__, "--noop-server", "--turns", str(args.turns)]),
+        "noop_server": serve(noop_server(max(levels), args.turns)),
     }
     if args.baseline:
         servers["server_baseline"] = serve(hopgym_server(max(levels), args.turns), args.baseline)
     sides: dict[str, Side] = {"in_process": in_process, "verifiers": through_verifiers}
     sides.update({name: over_the_wire(url) for name, (_, url) in servers.items()})
+    from openenv.core.generic_client import GenericEnvClient  # openenv.core is loaded, without Gradio
+
+    sides["server_stock_client"] = over_the_wire(servers["server"][1], GenericEnvClient)
     try:
         result.update(measure(sides, levels, args.episodes, args.turns, args.rounds, args.loop))
     finally:

@@ -32,6 +32,7 @@ BENCHMARKS = (
     "ray",
     "docker",
     "serve",
+    "serve_memory",
     "train",
 )
 
