@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import re
+import resource
 import signal
 import socket
 import subprocess
@@ -17,7 +18,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -442,6 +443,39 @@ def test_a_server_that_cannot_serve_as_asked_refuses_to_start_and_says_why(
 ) -> None:
     refused = subprocess.run(hopgym("serve", "env", *flags), capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and named in refused.stderr and "ready:" not in refused.stdout
+
+
+def open_file_limits(soft: int, hard: int) -> Callable[[], None]:
+    """A ``preexec_fn`` starting the server with these open-file limits (a machine's ``ulimit -n``)."""
+    return lambda: resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_a_server_raises_its_open_file_limit_to_what_its_sessions_need() -> None:
+    """Soft 512, hard 4,096 (a session holds 13 files: 512 would fail the 40th): 100 sessions get 1,856."""
+    command = hopgym("serve", "env", "--max-sessions", "100")
+    with subprocess.Popen(
+        command, stdout=subprocess.PIPE, text=True, preexec_fn=open_file_limits(512, 4096)
+    ) as server:
+        try:
+            assert server.stdout is not None and READY.match(server.stdout.readline().strip())
+            limits = Path(f"/proc/{server.pid}/limits").read_text()
+            assert re.search(r"^Max open files\s+1856\s+4096\s+files", limits, re.MULTILINE), limits
+        finally:
+            server.send_signal(signal.SIGTERM)
+            assert server.wait(timeout=60) == 130
+
+
+def test_a_server_whose_hard_open_file_limit_cannot_hold_its_sessions_refuses_to_start() -> None:
+    refused = subprocess.run(
+        hopgym("serve", "env", "--max-sessions", "100"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+        preexec_fn=open_file_limits(1024, 1024),
+    )
+    assert refused.returncode == 2 and "ready:" not in refused.stdout
+    assert "--max-sessions 100 needs about 1856 open files" in refused.stderr
+    assert "at most 1024" in refused.stderr and "lower --max-sessions to 48" in refused.stderr
 
 
 def test_an_api_key_guards_every_route_but_health() -> None:
