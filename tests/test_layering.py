@@ -25,6 +25,7 @@ LAYERS = {
     "hopgym.sandbox": 2,
     "hopgym.envs": 3,
     "hopgym.agents": 4,
+    "hopgym.inspect": 4,
     "hopgym.train": 5,
     "hopgym.cli": 6,
     "hopgym.commands": 6,
@@ -39,6 +40,7 @@ ROOT_MODULES = {
     "hopgym.messages",
     "hopgym.model_text",
     "hopgym.prompts",
+    "hopgym.inspect",
     "hopgym.cli",
     "hopgym.commands",
 }
