@@ -12,6 +12,8 @@ from inspect_ai.model import (
     ChatMessageSystem,
     ChatMessageTool,
     ChatMessageUser,
+    ContentReasoning,
+    ContentText,
 )
 from inspect_ai.tool import ToolCall, ToolChoice, ToolFunction, ToolInfo, ToolParams
 
@@ -46,9 +48,14 @@ def tool_choice(choice: Any) -> ToolChoice | None:
     return TOOL_CHOICES[choice]
 
 
+PARSE_ERROR = "arguments are not a JSON object: "
+"""How a tool call's ``parse_error`` begins; the arguments text follows it unchanged, so that the call goes
+back to the env (or the model) with the text the model wrote (Inspect's ToolCall keeps no raw text)."""
+
+
 def tool_call(call: Mapping[str, Any]) -> ToolCall:
     """An assistant message's OpenAI tool call as Inspect's; arguments that are no JSON object keep their
-    text as Inspect's parse error (the env has already judged them)."""
+    text in Inspect's parse error (the env judges them)."""
     function = call.get("function") or {}
     text = function.get("arguments")
     try:
@@ -60,8 +67,17 @@ def tool_call(call: Mapping[str, Any]) -> ToolCall:
         id=str(call.get("id") or ""),
         function=str(function.get("name") or ""),
         arguments=arguments if parsed else {},
-        parse_error=None if parsed else f"arguments are not a JSON object: {text!r}",
+        parse_error=None if parsed else f"{PARSE_ERROR}{text if isinstance(text, str) else json.dumps(text)}",
     )
+
+
+def openai_tool_call(call: ToolCall) -> dict[str, Any]:
+    """Inspect's tool call as an OpenAI one: the inverse of :func:`tool_call`."""
+    if call.parse_error is not None and call.parse_error.startswith(PARSE_ERROR):
+        arguments = call.parse_error.removeprefix(PARSE_ERROR)
+    else:
+        arguments = json.dumps(call.arguments)
+    return {"id": call.id, "type": "function", "function": {"name": call.function, "arguments": arguments}}
 
 
 def chat_message(message: Mapping[str, Any]) -> ChatMessage:
@@ -77,26 +93,44 @@ def chat_message(message: Mapping[str, Any]) -> ChatMessage:
         )
     if role == "assistant":
         calls = [tool_call(call) for call in message.get("tool_calls") or ()]
-        return ChatMessageAssistant(content=content, tool_calls=calls or None)
+        reasoning = message.get("reasoning_content")
+        parts = [ContentReasoning(reasoning=reasoning), ContentText(text=content)] if reasoning else content
+        return ChatMessageAssistant(content=parts, tool_calls=calls or None)
     raise ActionError(f"message role {role!r} is not one of system, user, assistant, tool")
+
+
+def openai_message(message: ChatMessage) -> dict[str, Any]:
+    """Inspect's chat message as an OpenAI one (text content; an assistant's tool calls, a tool result's
+    call id and function name): the inverse of :func:`chat_message`."""
+    converted: dict[str, Any] = {"role": message.role, "content": message.text}
+    if isinstance(message, ChatMessageAssistant) and message.tool_calls:
+        converted["tool_calls"] = [openai_tool_call(call) for call in message.tool_calls]
+    if isinstance(message, ChatMessageTool):
+        converted |= {"tool_call_id": message.tool_call_id, "name": message.function}
+    return converted
+
+
+def openai_tool(tool: ToolInfo) -> dict[str, Any]:
+    """Inspect's tool as an OpenAI tool schema: the inverse of :func:`tool_info`."""
+    parameters = tool.parameters.model_dump(exclude_none=True)
+    function = {"name": tool.name, "description": tool.description, "parameters": parameters}
+    return {"type": "function", "function": function}
+
+
+def openai_tool_choice(choice: ToolChoice) -> str | dict[str, Any]:
+    """Inspect's tool choice as OpenAI's: the inverse of :func:`tool_choice`."""
+    if isinstance(choice, ToolFunction):
+        return {"type": "function", "function": {"name": choice.name}}
+    return next(name for name, inspect_name in TOOL_CHOICES.items() if inspect_name == choice)
 
 
 def action_of(message: ChatMessageAssistant, tools_offered: bool) -> dict[str, Any]:
     """Inspect's assistant reply as hopgym's action (an OpenAI assistant message), as hopgym's FC agent
     sends it: with tools offered, calls written as raw JSON in the text are recovered. A call whose
-    arguments Inspect could not parse goes to the env with Inspect's parse error as its arguments text
-    (Inspect keeps no raw text), so the env rejects it as arguments that are no JSON object."""
-    calls = [
-        {
-            "id": call.id,
-            "type": "function",
-            "function": {
-                "name": call.function,
-                "arguments": call.parse_error if call.parse_error else json.dumps(call.arguments),
-            },
-        }
-        for call in message.tool_calls or ()
-    ]
-    if tools_offered and not calls:
-        calls = parse_text_tool_calls(message.text) or []
-    return {"role": "assistant", "content": message.text, **({"tool_calls": calls} if calls else {})}
+    arguments were no JSON object goes to the env with the text the model wrote, which the env rejects."""
+    action = openai_message(message)
+    if tools_offered and "tool_calls" not in action:
+        recovered = parse_text_tool_calls(message.text)
+        if recovered:
+            action["tool_calls"] = recovered
+    return action
