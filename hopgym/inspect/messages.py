@@ -24,15 +24,23 @@ TOOL_CHOICES: Mapping[str, ToolChoice] = {"auto": "auto", "required": "any", "no
 """hopgym's (OpenAI's) tool_choice strings as Inspect names them."""
 
 
+SCHEMA_OPTION = "hopgym_tool"
+"""The ``ToolInfo.options`` key (Inspect's property bag for model providers) holding the env's own tool
+schema: Inspect's JSON Schema type drops keywords it does not model (ToolHop's and KGTool's ``minItems``),
+so the hopgym provider sends the schema the env offered, as ``hopgym eval`` does."""
+
+
 def tool_info(tool: Mapping[str, Any]) -> ToolInfo:
-    """An OpenAI tool schema as Inspect's ``ToolInfo``; ``additionalProperties`` stays as the schema has it
-    (Inspect would otherwise send ``false``, a schema the env never offered)."""
+    """An OpenAI tool schema as Inspect's ``ToolInfo``, the schema itself kept in its options
+    (:data:`SCHEMA_OPTION`); ``additionalProperties`` stays as the schema has it (Inspect would otherwise
+    show ``false``, a schema the env never offered)."""
     function = tool["function"]
     parameters = {"additionalProperties": None, **(function.get("parameters") or {})}
     return ToolInfo(
         name=function["name"],
         description=function.get("description") or "",
         parameters=ToolParams.model_validate(parameters),
+        options={SCHEMA_OPTION: dict(tool)},
     )
 
 
@@ -106,12 +114,16 @@ def openai_message(message: ChatMessage) -> dict[str, Any]:
     if isinstance(message, ChatMessageAssistant) and message.tool_calls:
         converted["tool_calls"] = [openai_tool_call(call) for call in message.tool_calls]
     if isinstance(message, ChatMessageTool):
-        converted |= {"tool_call_id": message.tool_call_id, "name": message.function}
+        fields = {"tool_call_id": message.tool_call_id, "name": message.function}
+        converted |= {key: value for key, value in fields.items() if value is not None}
     return converted
 
 
 def openai_tool(tool: ToolInfo) -> dict[str, Any]:
-    """Inspect's tool as an OpenAI tool schema: the inverse of :func:`tool_info`."""
+    """Inspect's tool as an OpenAI tool schema: the env's own (:func:`tool_info`) where it is kept, else
+    Inspect's JSON Schema of it."""
+    if tool.options and SCHEMA_OPTION in tool.options:
+        return dict(tool.options[SCHEMA_OPTION])
     parameters = tool.parameters.model_dump(exclude_none=True)
     function = {"name": tool.name, "description": tool.description, "parameters": parameters}
     return {"type": "function", "function": function}

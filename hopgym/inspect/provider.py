@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any
 
 from inspect_ai.model import (
@@ -55,6 +56,9 @@ REQUEST_FIELDS = (
 )
 """GenerateConfig fields that would change the request; hopgym's client takes them as ``-M extra``, so a
 run records them where ``hopgym eval`` records its own (refused here rather than silently not sent)."""
+NO_TOOL_CHOICE: ContextVar[bool] = ContextVar("hopgym_no_tool_choice", default=False)
+"""Set by hopgym's solver while the env names no tool choice (the official ToolHop protocol): Inspect's
+``"auto"`` is then only its default, and no tool choice is sent, as hopgym's agent sends none."""
 STOP_REASONS: Mapping[str | None, StopReason] = {
     "stop": "stop",
     "length": "max_tokens",
@@ -119,11 +123,18 @@ class HopgymModelAPI(ModelAPI):
                 f"GenerateConfig {', '.join(asked)}: the hopgym provider sends temperature, max_tokens and "
                 "stop_seqs; give other request fields as -M extra='{...}'"
             )
+        unset = NO_TOOL_CHOICE.get() and tool_choice == "auto"
         reply = await self.client.complete(
             [openai_message(message) for message in input],
             tools=[openai_tool(tool) for tool in tools] or None,
-            tool_choice=openai_tool_choice(tool_choice) if tools else None,
+            tool_choice=openai_tool_choice(tool_choice) if tools and not unset else None,
             stop=config.stop_seqs,
             sampling={"temperature": config.temperature, "max_tokens": config.max_tokens},
         )
         return model_output(reply, self.model_name)
+
+    def tools_required(self) -> bool:
+        """Tools stay in a request whose tool choice is ``"none"`` (Inspect would drop them): an env that
+        offers tools and asks for no call (ToolHop's direct scenario) gets both sent, as hopgym's agent
+        sends them."""
+        return True

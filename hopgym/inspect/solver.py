@@ -22,6 +22,7 @@ from hopgym.agents.evaluation.episode_runner import episode_record
 from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.errors import HopgymError, ModelError
 from hopgym.inspect.messages import action_of, chat_message, tool_choice, tool_info
+from hopgym.inspect.provider import NO_TOOL_CHOICE
 
 EPISODE = "hopgym_episode"
 """The store key of the sample's episode record (its JSON, without the messages: those are the sample's)."""
@@ -79,16 +80,17 @@ def play_episode(pool: EnvPool, seed: int = 0) -> Solver:
         async def policy(observation: Mapping[str, Any], info: Mapping[str, Any]) -> dict[str, Any]:
             state.messages = [chat_message(m) for m in observation["messages"]]
             tools = [tool_info(tool) for tool in observation["tools"]]
+            choice = tool_choice(info.get("tool_choice")) if tools else None
+            unset = NO_TOOL_CHOICE.set(choice is None)
             try:
                 state.output = await model.generate(
-                    state.messages,
-                    tools=tools,
-                    tool_choice=tool_choice(info.get("tool_choice")) if tools else None,
-                    config=GenerateConfig(),
+                    state.messages, tools=tools, tool_choice=choice, config=GenerateConfig()
                 )
             except Exception as exc:  # the env is fine: it goes back to the pool (a ModelError)
                 raised.append(exc)
                 raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+            finally:
+                NO_TOOL_CHOICE.reset(unset)
             return action_of(state.output.message, bool(tools))
 
         index = int(state.metadata["index"])
