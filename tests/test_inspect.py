@@ -29,7 +29,7 @@ import inspect_ai  # noqa: E402
 from inspect_ai import Task  # noqa: E402
 from inspect_ai.dataset import Sample  # noqa: E402
 from inspect_ai.log import EvalLog  # noqa: E402
-from inspect_ai.model import GenerateConfig, get_model  # noqa: E402
+from inspect_ai.model import ContentReasoning, GenerateConfig, get_model  # noqa: E402
 
 import hopgym.inspect.registry  # noqa: E402, F401  (the provider, as the entry point registers it)
 from hopgym.agents.evaluation.records import EpisodeRecord  # noqa: E402
@@ -241,16 +241,68 @@ def without(keys: tuple[str, ...], value: Any) -> Any:
 
 def test_a_bad_model_option_or_an_unsent_request_field_is_refused_by_name() -> None:
     """``-M`` takes ModelConfig's fields only; a GenerateConfig field the client would not send (seed) is a
-    ConfigError rather than a silently different request, and the model still answers without it."""
+    ConfigError, sent to no server, rather than a silently different request; the model answers after it."""
     with pytest.raises(ConfigError, match=r"-M colour: the hopgym provider takes -M .*timeout"):
         get_model("hopgym/openai/scripted", base_url="http://127.0.0.1:9/v1", colour="blue", memoize=False)
     assert "max_retries" in MODEL_ARGS and "api_base" not in MODEL_ARGS
-    with served() as (model, api_base, api_key):
-        hopgym_model = get_model(f"hopgym/{model}", base_url=api_base, api_key=api_key, memoize=False)
+    with ScriptedModelServer(sequence_script([ScriptedReply(content="ok")])) as server:
+        model = get_model(f"hopgym/{server.model}", base_url=server.api_base, api_key="sk", memoize=False)
         with pytest.raises(ConfigError, match="GenerateConfig seed"):
-            asyncio.run(hopgym_model.generate("Hello", config=GenerateConfig(seed=1)))
-        output = asyncio.run(hopgym_model.generate("Hello"))
-    assert output.completion and output.stop_reason == "stop" and output.usage is not None
+            asyncio.run(model.generate("Hello", config=GenerateConfig(seed=1)))
+        assert server.requests == []
+        assert asyncio.run(model.generate("Hello")).completion == "ok"
+
+
+def test_the_replys_tool_calls_reasoning_stop_reason_and_usage_reach_inspect() -> None:
+    """The client's reply as Inspect's ModelOutput: tool calls with their arguments (text that is no JSON
+    object kept for the env to judge), reasoning beside the text, the finish reason as Inspect's stop reason,
+    the tokens; GenerateConfig's temperature, max_tokens and stop reach the request; a retry is counted."""
+    replies = [
+        ScriptedReply(status=503),
+        ScriptedReply(
+            content="looking",
+            tool_calls=(("f", {"a": 1}), ("g", "{not json")),
+            message_fields=(("reasoning_content", "first f"),),
+            prompt_tokens=7,
+            completion_tokens=3,
+        ),
+        ScriptedReply(content="Final answer: 4", finish_reason="length"),
+    ]
+    with ScriptedModelServer(sequence_script(replies)) as server:
+        model = get_model(
+            f"hopgym/{server.model}", base_url=server.api_base, api_key="sk", memoize=False, backoff_base=0.01
+        )
+        config = GenerateConfig(temperature=0.5, max_tokens=9, stop_seqs=["END"])
+        called = asyncio.run(model.generate("Add", tools=[tool_info(TOOL)], config=config))
+        cut = asyncio.run(model.generate("Add"))
+        first = server.requests[0]
+    assert (first["temperature"], first["max_tokens"], first["stop"], first["tools"]) == (
+        0.5,
+        9,
+        ["END"],
+        [TOOL],
+    )
+    assert called.stop_reason == "tool_calls" and called.completion == "looking"
+    assert called.message.tool_calls is not None
+    assert [openai_message(called.message)["tool_calls"][i]["function"] for i in (0, 1)] == [
+        {"name": "f", "arguments": '{"a": 1}'},
+        {"name": "g", "arguments": "{not json"},
+    ]
+    assert called.message.tool_calls[1].parse_error is not None
+    assert [c.reasoning for c in called.message.content if isinstance(c, ContentReasoning)] == ["first f"]
+    assert called.usage is not None and (called.usage.input_tokens, called.usage.output_tokens) == (7, 3)
+    assert called.metadata == {"requests": 1, "retries": 1}
+    assert cut.stop_reason == "max_tokens" and cut.completion == "Final answer: 4"
+
+
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "f",
+        "description": "adds",
+        "parameters": {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]},
+    },
+}
 
 
 def test_inspect_eval_on_the_command_line_finds_the_provider_through_its_entry_point(tmp_path: Path) -> None:

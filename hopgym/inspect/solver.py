@@ -81,7 +81,7 @@ def play_episode(pool: EnvPool, seed: int = 0) -> Solver:
             state.messages = [chat_message(m) for m in observation["messages"]]
             tools = [tool_info(tool) for tool in observation["tools"]]
             choice = tool_choice(info.get("tool_choice")) if tools else None
-            unset = NO_TOOL_CHOICE.set(choice is None)
+            token = NO_TOOL_CHOICE.set(choice is None)
             try:
                 state.output = await model.generate(
                     state.messages, tools=tools, tool_choice=choice, config=GenerateConfig()
@@ -90,7 +90,7 @@ def play_episode(pool: EnvPool, seed: int = 0) -> Solver:
                 raised.append(exc)
                 raise ModelError(f"{type(exc).__name__}: {exc}") from exc
             finally:
-                NO_TOOL_CHOICE.reset(unset)
+                NO_TOOL_CHOICE.reset(token)
             return action_of(state.output.message, bool(tools))
 
         index = int(state.metadata["index"])
