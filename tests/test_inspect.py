@@ -55,7 +55,7 @@ from hopgym.inspect.messages import (  # noqa: E402
 from hopgym.inspect.provider import MODEL_ARGS  # noqa: E402
 from hopgym.inspect.scorer import hopgym_score  # noqa: E402
 from hopgym.inspect.solver import EPISODE, EnvPool, play_episode  # noqa: E402
-from hopgym.inspect.tasks import familytool, kgtool, toolhop  # noqa: E402
+from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 
@@ -103,7 +103,7 @@ def test_inspect_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: 
         for sample in log.samples:
             record = expected[env_id][str(sample.id)]
             episode = sample.store[EPISODE]
-            assert episode["index"] == record["index"] and sample.target == target_of(record["gold_answer"])
+            assert episode["index"] == record["index"] and sample.target == target_text(record["gold_answer"])
             assert calls(episode) == calls(record), f"{env_id} {sample.id}: the env's calls differ"
             # The sample's chat is the env's: FamilyTool's one call ends the episode, so neither has a
             # tool message for it (the calls' feedback above is what the env said).
@@ -123,10 +123,6 @@ def test_inspect_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: 
         for column in ("answer_correctness", "invocation_error_query", *PAPER_COLUMNS[env_id]):
             assert means[column] == pytest.approx(summary[column]), f"{env_id} {column}"
     assert any_correct, "no answer was correct"
-
-
-def target_of(answer: Any) -> str:
-    return answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True)
 
 
 def same(got: dict[str, Any], want: dict[str, Any]) -> bool:

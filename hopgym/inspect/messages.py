@@ -12,6 +12,7 @@ from inspect_ai.model import (
     ChatMessageSystem,
     ChatMessageTool,
     ChatMessageUser,
+    Content,
     ContentReasoning,
     ContentText,
 )
@@ -70,13 +71,11 @@ def tool_call(call: Mapping[str, Any]) -> ToolCall:
         arguments = json.loads(text) if isinstance(text, str) else text
     except json.JSONDecodeError:
         arguments = None
-    parsed = isinstance(arguments, dict)
-    return ToolCall(
-        id=str(call.get("id") or ""),
-        function=str(function.get("name") or ""),
-        arguments=arguments if parsed else {},
-        parse_error=None if parsed else f"{PARSE_ERROR}{text if isinstance(text, str) else json.dumps(text)}",
-    )
+    call_id, name = str(call.get("id") or ""), str(function.get("name") or "")
+    if isinstance(arguments, dict):
+        return ToolCall(id=call_id, function=name, arguments=arguments)
+    raw = text if isinstance(text, str) else json.dumps(text)
+    return ToolCall(id=call_id, function=name, arguments={}, parse_error=f"{PARSE_ERROR}{raw}")
 
 
 def openai_tool_call(call: ToolCall) -> dict[str, Any]:
@@ -102,8 +101,10 @@ def chat_message(message: Mapping[str, Any]) -> ChatMessage:
     if role == "assistant":
         calls = [tool_call(call) for call in message.get("tool_calls") or ()]
         reasoning = message.get("reasoning_content")
-        parts = [ContentReasoning(reasoning=reasoning), ContentText(text=content)] if reasoning else content
-        return ChatMessageAssistant(content=parts, tool_calls=calls or None)
+        if reasoning:
+            parts: list[Content] = [ContentReasoning(reasoning=reasoning), ContentText(text=content)]
+            return ChatMessageAssistant(content=parts, tool_calls=calls or None)
+        return ChatMessageAssistant(content=content, tool_calls=calls or None)
     raise ActionError(f"message role {role!r} is not one of system, user, assistant, tool")
 
 
