@@ -17,7 +17,7 @@ $(VENV)/.installed: pyproject.toml environments/hopgym_env/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip uninstall -qq --yes openenv-core
-	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers,train]'
+	$(PY) -m pip install --quiet -e '.[dev,agents,docker,report,retrieval,tracking,ray,serve,verifiers,train,inspect]'
 	$(PY) -m pip install --quiet -e environments/hopgym_env
 	touch $@
 

@@ -25,6 +25,7 @@ LAYERS = {
     "hopgym.sandbox": 2,
     "hopgym.envs": 3,
     "hopgym.agents": 4,
+    "hopgym.inspect": 4,
     "hopgym.train": 5,
     "hopgym.cli": 6,
     "hopgym.commands": 6,
@@ -39,6 +40,7 @@ ROOT_MODULES = {
     "hopgym.messages",
     "hopgym.model_text",
     "hopgym.prompts",
+    "hopgym.inspect",
     "hopgym.cli",
     "hopgym.commands",
 }
@@ -89,6 +91,10 @@ NEW_SUBPACKAGE_RANK = {"hopgym.envs": 2}
 """Folder -> the rank of a subpackage it holds but SUBPACKAGES does not list: a new env's folder under envs/
 needs no line here, and ranks above the listed benchmarks (it may build on one, as ToolTasks-v0 builds on
 ToolHop-v0, never the reverse)."""
+
+HARNESS_HOMES = {"inspect_ai": "hopgym.inspect"}
+"""An outside harness's package -> the one hopgym package that may import it (it adapts envs to that
+harness; nothing else depends on it being installed)."""
 
 
 ROOT_OF = {package: ROOT / folder for folder, package in FOLDERS.items()}
@@ -209,6 +215,30 @@ def test_no_module_imports_a_higher_layer():
             assert module in ROOT_MODULES, f"{path}: a new root module; give it a layer in LAYERS"
         problems += upward_imports(module, path.read_text(encoding="utf-8"))
     assert not problems, "upward imports:\n" + "\n".join(problems)
+
+
+def harness_imports(module: str, source: str) -> list[str]:
+    """Each import in ``source`` (the code of ``module``) of a harness outside its home (HARNESS_HOMES)."""
+    problems = []
+    for node in ast.walk(ast.parse(source)):
+        names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+        if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module]
+        for name in names:
+            home = HARNESS_HOMES.get(name.split(".")[0])
+            if home is not None and module != home and not module.startswith(home + "."):
+                problems.append(f"{module}:{node.lineno} imports {name} (only {home} may)")
+    return problems
+
+
+def test_an_outside_harness_is_imported_only_in_its_adapter_package():
+    problems = []
+    for path in package_files():
+        problems += harness_imports(module_name(path), path.read_text(encoding="utf-8"))
+    assert not problems, "\n".join(problems)
+    assert harness_imports("hopgym.inspect.solver", "from inspect_ai.model import get_model\n") == []
+    (problem,) = harness_imports("hopgym.agents.evaluation.runner", "def f():\n    import inspect_ai.log\n")
+    assert "runner:2 imports inspect_ai.log (only hopgym.inspect may)" in problem
 
 
 def test_no_module_imports_a_sibling_subpackage_of_its_rank_or_above():

@@ -34,23 +34,12 @@ from hopgym.agents.adapters.verifiers_v1 import (  # noqa: E402
     replay,
 )
 from hopgym.agents.evaluation.rollouts import make_env, task_starts  # noqa: E402
-from hopgym.cli import main  # noqa: E402
 from hopgym.errors import DataError  # noqa: E402
+from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 TASKSET_MODULE = ROOT / "environments" / "hopgym_v1"
-ROWS = 3
-PAPER_COLUMNS = {
-    "ToolHop-v0": (),
-    "FamilyTool-v0": ("tool_em", "tool_acc", "value_acc"),
-    "KGTool-v0": ("precision", "recall", "f1", "hits@1"),
-}
-ENVS: dict[str, dict[str, Any]] = {
-    "ToolHop-v0": {},
-    "FamilyTool-v0": {},
-    "KGTool-v0": {"kg": "family-e", "patterns": "1p,2i", "n": 2, "seed": 0},
-}
 
 
 def eval_config(env_id: str, env_kwargs: dict[str, Any], model: str, api_base: str, out: Path) -> str:
@@ -100,12 +89,7 @@ def test_v1_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: Path)
             assert done.returncode == 0, done.stderr[-3000:]
             lines = (tmp_path / "v1" / env_id / "traces.jsonl").read_text().splitlines()
             traces[env_id] = [json.loads(line) for line in lines]
-            out = tmp_path / env_id
-            args = ["eval", "--env", env_id, "--model", model, "--api-base", api_base, "--api-key", api_key]
-            args += [arg for key, value in kwargs.items() for arg in ("--env-arg", f"{key}={value}")]
-            assert main([*args, "--limit", str(ROWS), "--out", str(out), "--no-progress"]) == 0
-            records = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
-            expected[env_id] = {r["task_id"]: r for r in records}
+            expected[env_id] = hopgym_eval(env_id, model, api_base, api_key, tmp_path / env_id)
     tools = {env_id: task_tools(env_id, kwargs) for env_id, kwargs in ENVS.items()}
     any_correct = False
     for env_id, episodes in traces.items():

@@ -28,11 +28,7 @@ import verifiers as vf
 from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
-from hopgym.envs.chat import chat_env
-from hopgym.envs.familytool.env import FamilyToolEnv
-from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
-from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
-from hopgym.envs.kgtool.env import KGToolEnv
+from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
@@ -158,16 +154,6 @@ class HopgymEnv(vf.MultiTurnEnv):
     @vf.teardown
     async def close_envs(self) -> None:
         await self._hopgym.close()
-
-
-def paper_metrics(env: gym.Env) -> tuple[str, ...]:
-    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns."""
-    inner = chat_env(env)
-    if isinstance(inner, FamilyToolEnv):
-        return (*TOOL_KEYS, *(KG_KEYS if inner.kg_mode == "extract" else ()))
-    if isinstance(inner, KGToolEnv):
-        return KGTOOL_METRICS
-    return ()
 
 
 def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> dict[str, float]:

@@ -30,8 +30,9 @@ from pydantic import Field
 from verifiers.v1.harnesses.null import NullHarness
 
 from hopgym.agents.adapters.mcp_tools import call_tool, mcp_tools
-from hopgym.agents.adapters.verifiers_env import action_of, episode_columns, paper_metrics
+from hopgym.agents.adapters.verifiers_env import action_of, episode_columns
 from hopgym.agents.evaluation.rollouts import make_env
+from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError, DataError
 

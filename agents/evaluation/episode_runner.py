@@ -132,32 +132,41 @@ class EpisodeRunner:
             rollout = Rollout(error=f"{type(exc).__name__}: {exc}")
         else:
             rollout = await self.rollouts.episode(agent.act, {"index": index}, seed)
-        info, terminated = rollout.info, rollout.terminated
-        messages = list(rollout.observation.get("messages", ()))
-        final = messages[-1] if terminated and messages else None
-        return EpisodeRecord(
-            task_id=task_id,
-            index=index,
-            sample=sample,
-            seed=seed,
-            reward=rollout.reward,
-            correct=bool(info.get("correct", False)) if terminated else False,
-            terminated=terminated,
-            truncated=rollout.truncated,
-            turns=rollout.turns,
-            calls=rollout.calls,
-            parallel_turns=rollout.parallel_turns,
-            final_answer=final.get("content") if final else None,
-            gold_answer=info.get("answer"),
-            hops=info.get("hops"),
-            isolation=info.get("isolation"),
-            metrics=info.get("metrics"),
-            agent=agent.stats.as_dict() if agent is not None else None,
-            latency_ms=rollout.latency_ms,
-            error=rollout.error,
-            messages=messages,
-            server=rollout.server,
-        )
+        stats = agent.stats.as_dict() if agent is not None else None
+        return episode_record(rollout, task_id, index, sample, seed, stats)
+
+
+def episode_record(
+    rollout: Rollout, task_id: str, index: int, sample: int, seed: int | None, agent: dict[str, Any] | None
+) -> EpisodeRecord:
+    """The record of a played episode: one definition for ``hopgym eval`` and the outside harnesses that
+    play hopgym's episodes (hopgym.inspect), so their columns are computed from the same fields."""
+    info, terminated = rollout.info, rollout.terminated
+    messages = list(rollout.observation.get("messages", ()))
+    final = messages[-1] if terminated and messages else None
+    return EpisodeRecord(
+        task_id=task_id,
+        index=index,
+        sample=sample,
+        seed=seed,
+        reward=rollout.reward,
+        correct=bool(info.get("correct", False)) if terminated else False,
+        terminated=terminated,
+        truncated=rollout.truncated,
+        turns=rollout.turns,
+        calls=rollout.calls,
+        parallel_turns=rollout.parallel_turns,
+        final_answer=final.get("content") if final else None,
+        gold_answer=info.get("answer"),
+        hops=info.get("hops"),
+        isolation=info.get("isolation"),
+        metrics=info.get("metrics"),
+        agent=agent,
+        latency_ms=rollout.latency_ms,
+        error=rollout.error,
+        messages=messages,
+        server=rollout.server,
+    )
 
 
 Episode = tuple[int, str, int]

@@ -14,9 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
+import gymnasium as gym
+
 from hopgym.agents.evaluation.records import AGENT_COUNTS, EpisodeRecord
 from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.agents.model.cost import token_cost
+from hopgym.envs.chat import chat_env
+from hopgym.envs.familytool.env import FamilyToolEnv
+from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
+from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
+from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
 
 # (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num"
@@ -59,6 +66,16 @@ def episode_values(record: EpisodeRecord) -> dict[str, float]:
         if isinstance(value, (int, float)):  # as in _episode_metric_means: None is not applicable
             values[key] = float(value)
     return values
+
+
+def paper_metrics(env: gym.Env) -> tuple[str, ...]:
+    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns."""
+    inner = chat_env(env)
+    if isinstance(inner, FamilyToolEnv):
+        return (*TOOL_KEYS, *(KG_KEYS if inner.kg_mode == "extract" else ()))
+    if isinstance(inner, KGToolEnv):
+        return KGTOOL_METRICS
+    return ()
 
 
 def table4(records: Iterable[EpisodeRecord]) -> dict[str, Any]:

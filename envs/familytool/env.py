@@ -234,10 +234,13 @@ class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
         return Score(
             reward=tool_em,
             correct=tool_em == 1.0,
-            answer={"name": gold.name, "arguments": dict(gold.arguments)},
+            answer=self.gold_answer(self._task),
             metrics={key: value for part in parts for key, value in part.items() if key != "counts"},
             counts={key: value for part in parts for key, value in part["counts"].items()},
         )
+
+    def gold_answer(self, task: FamilyToolTask) -> Any:
+        return {"name": task.gold_call.name, "arguments": dict(task.gold_call.arguments)}
 
     def _scored_extraction(self, result: Extraction) -> dict[str, Any]:
         """The extraction metrics, taken on the KG as it was when the extraction ran."""

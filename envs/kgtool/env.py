@@ -179,10 +179,13 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
         return Score(
             reward=float(score.correct),
             correct=score.correct,
-            answer=sorted({self.source.label(a) for a in self._task.answers}),
+            answer=self.gold_answer(self._task),
             metrics=metrics,
             details={**metrics, "predicted": list(score.predicted), "answer_ids": list(self._task.answers)},
         )
+
+    def gold_answer(self, task: KG2ToolTask) -> Any:
+        return sorted({self.source.label(a) for a in task.answers})
 
     # -- observation and info ----------------------------------------------------------------------
 

@@ -127,7 +127,10 @@ class ToolHopEnv(ChatToolEnv[Task]):
         correct = episode_correct(
             self._scorer, self._protocol.answer_reads_tool_message, self._task.answer, self._messages
         )
-        return Score(float(correct), correct, self._task.answer)
+        return Score(float(correct), correct, self.gold_answer(self._task))
+
+    def gold_answer(self, task: Task) -> Any:
+        return task.answer
 
     def _run_call(self, call: CallRequest) -> CallRecord:
         """A protocol with its own executor (the official one) runs every call in order, as the official
