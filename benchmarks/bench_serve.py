@@ -201,7 +201,7 @@ def noop_app(turns: int) -> Any:
     from openenv.core.env_server import create_app
     from openenv.core.env_server.interfaces import Environment
 
-    from hopgym.agents.adapters.openenv_server import QuietClose
+    from hopgym.agents.adapters.asgi_middleware import QuietClose
 
     tool = {
         "type": "function",
