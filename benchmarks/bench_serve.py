@@ -213,8 +213,8 @@ def noop_app(turns: int, max_sessions: int) -> Any:
     uvicorn and the client are measured."""
     from fastmcp import FastMCP
 
+    from hopgym.agents.adapters.asgi_middleware import QuietClose
     from hopgym.agents.adapters.openenv_core import MCPEnvironment, create_app
-    from hopgym.agents.adapters.openenv_server import QuietClose
 
     tool = {
         "type": "function",

@@ -77,6 +77,9 @@ def _stop_on_sigterm(signum: int, frame: object) -> None:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if threading.current_thread() is threading.main_thread():  # signal handlers live in the main thread
+        # SIGINT stops a command however it was started: a shell starts a background command (``&``) of a
+        # script with SIGINT ignored, and Python then leaves it so, which made ``kill -INT`` a no-op on a run.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
         return int(args.func(args) or 0)

@@ -1,6 +1,7 @@
 """GRPO with TRL on hopgym (hopgym.train): one real step on CPU whose rewards are replayed through the env,
-and a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact;
-the embedded model's conversion, checked against its record before use (a planted folder is not loaded).
+a run killed with SIGKILL after its first checkpoint that resumes with its step count and log intact, a run
+stopped by SIGINT within its step; the embedded model's conversion, checked against its record before use
+(a planted folder is not loaded).
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
 The tests of this module run on one xdist worker (``TORCH_GROUP``): they share a module-scoped model and
@@ -360,6 +361,45 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(
     assert json.loads(capsys.readouterr().out.splitlines()[-1])["step"] == 4
     (stage,) = model_stages(out)  # the resume rewrote the record the killed run wrote, unchanged
     assert stage.task_ids == tuple(f"family-e-1p-s0-{i:05d}" for i in range(2))
+
+
+def test_sigint_stops_a_run_started_with_sigint_ignored_within_its_step_and_it_resumes(tmp_path, tiny_model):
+    """SIGINT to ``hopgym train grpo`` once step 1 is logged stops it in the step then running, even when the
+    process inherited SIGINT as ignored, as every command a script starts in the background does (the
+    issue-36 run went on for two steps after ``kill -INT`` until a SIGTERM). It exits 130, logs at most the
+    step that was running, and ``--resume`` completes the run from its last checkpoint."""
+    from hopgym.cli import main
+
+    out = tmp_path / "run"
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hopgym.cli", *_train_arguments(tiny_model, out)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `hopgym ... &` in a script
+    )
+    try:
+        deadline = time.monotonic() + 300
+        while not (out / "steps.jsonl").is_file() or not (out / "steps.jsonl").read_text().strip():
+            assert process.poll() is None, process.stderr.read().decode()[-3000:] if process.stderr else ""
+            assert time.monotonic() < deadline, "no first step logged within 300 s"
+            time.sleep(0.02)
+        logged = len((out / "steps.jsonl").read_text().splitlines())
+        process.send_signal(signal.SIGINT)
+        _, errors = process.communicate(timeout=300)
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 130, errors.decode()[-3000:]
+    assert errors.decode().rstrip().endswith("hopgym: interrupted")
+    steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps == list(range(1, len(steps) + 1)) and len(steps) <= logged + 1, steps
+    assert len(steps) < 4, "the run had ended before the signal: nothing was stopped"
+
+    assert main(_train_arguments(tiny_model, out, "--resume")) == 0
+    steps = [json.loads(line)["step"] for line in (out / "steps.jsonl").read_text().splitlines()]
+    assert steps == [1, 2, 3, 4]
 
 
 def test_resume_refuses_other_settings_and_a_fresh_run_refuses_a_used_folder(tmp_path):

@@ -6,11 +6,12 @@ own tools, and a hopgym reward must come from the env's own validation, sandbox 
 env runs each turn: the episodes are played by :class:`~hopgym.agents.evaluation.rollouts.Rollouts` (the
 one episode loop, envs in worker threads), with a policy that asks the trainer for the reply. The reply
 is parsed with TRL's parser for the chat template (``parse_response``, within hopgym's bounds for model
-text: :mod:`hopgym.agents.model.reply_parser`; a reply past them is malformed, its text the final answer)
-and sent to ``env.step`` as an assistant message (its calls validated, classified and run in the sandbox; a
-reply without a call is the final answer); the env's new ``tool`` messages are appended as tokens the model
-did not write (``env_mask`` 0, no loss on them). Turns go on until the env ends the episode (its answer rule,
-its ``max_turns``) or the completion's token budget is spent.
+text: :mod:`hopgym.agents.model.reply_parser`), then for calls written as JSON in its text, as the ``fc``
+agent reads a checkpoint's reply in evaluation (a reply that makes no action is malformed, its text the
+final answer), and sent to ``env.step`` as an assistant message (its calls validated, classified and run in
+the sandbox; a reply without a call is the final answer); the env's new ``tool`` messages are appended as
+tokens the model did not write (``env_mask`` 0, no loss on them). Turns go on until the env ends the episode
+(its answer rule, its ``max_turns``) or the completion's token budget is spent.
 
 The protocol is the ``fc`` agent's: native tool calls, answered by ``tool`` messages. An env that is not
 one of hopgym's chat envs is refused when the rollout is made (CodeAct's code actions, whose output comes
@@ -40,6 +41,7 @@ import gymnasium as gym
 
 from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.agents.model.reply_parser import parse_reply
+from hopgym.agents.policies.text_calls import with_text_calls
 from hopgym.envs.calls import CallRecord
 from hopgym.envs.chat import chat_env, checked_action
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
@@ -402,21 +404,28 @@ class HopgymRollout:
         self, ids: list[int], prefix: list[int], tools: list[dict[str, Any]]
     ) -> tuple[str, dict[str, Any] | str, bool]:
         """The decoded reply, the env action it makes and whether it was well formed (see
-        :class:`TurnRecord`). A reply that parses into no valid action, or that cannot be read within
-        hopgym's bounds (:func:`~hopgym.agents.model.reply_parser.parse_reply`), is a malformed reply: its
-        text is the final answer."""
+        :class:`TurnRecord`). It is read as ``hopgym eval`` reads a checkpoint's reply (the checkpoint
+        server's parser, then the ``fc`` agent's): TRL's parser within hopgym's bounds
+        (:func:`~hopgym.agents.model.reply_parser.parse_reply`; the decoded text when it cannot read it),
+        then calls written as JSON in the content
+        (:func:`~hopgym.agents.policies.text_calls.with_text_calls`), which are not well formed. A reply
+        that makes no valid action is malformed: its text is the final answer."""
         text = self.tokenizer.decode(ids, skip_special_tokens=True)
         finished = bool(ids) and ids[-1] == self.tokenizer.eos_token_id
-        message = parse_reply(self.tokenizer, ids, prefix, tools or None)
-        if message is None:
-            return text, text, False
+        parsed = parse_reply(self.tokenizer, ids, prefix, tools or None)
+        native = parsed is not None and bool(parsed.get("tool_calls"))
+        message = parsed if parsed is not None else {"role": "assistant", "content": text}
+        if tools:
+            message, _ = with_text_calls(message)
         calls = message.get("tool_calls") or []
         if calls:
             action = {"role": "assistant", "content": message.get("content") or "", "tool_calls": calls}
             try:
-                return text, checked_action(action), finished
+                return text, checked_action(action), finished and native
             except ActionError:
                 return text, text, False
+        if parsed is None:
+            return text, text, False
         content = str(message.get("content") or "")
         return text, content, finished and CALL_MARKER not in content and bool(content.strip())
 

@@ -7,7 +7,7 @@ from typing import Any
 
 from hopgym.agents.model.client import ModelClient
 from hopgym.agents.policies.base import Action, Agent, Observation
-from hopgym.agents.policies.text_calls import parse_text_tool_calls
+from hopgym.agents.policies.text_calls import with_text_calls
 from hopgym.options import check_choice
 
 TOOL_CHOICES = ("auto", "required", "none")
@@ -45,9 +45,7 @@ class FunctionCallingAgent(Agent):
             sampling=info.get("sampling"),
         )
         message = reply.message
-        if tools and not message.get("tool_calls"):
-            recovered = parse_text_tool_calls(message["content"])
-            if recovered:
-                self.stats.raw_json_tool_calls += len(recovered)
-                message = {**message, "tool_calls": recovered}
+        if tools:
+            message, recovered = with_text_calls(message)
+            self.stats.raw_json_tool_calls += recovered
         return message

@@ -2,7 +2,8 @@
 
 Small models often write a tool call as raw JSON in the content instead of a native call
 (``{"name": ..., "arguments": {...}}``, a list of those, or inside ``<tool_call>`` tags or a code fence).
-The agents parse that as a fallback and count it, so the fallback never hides a model's weakness.
+The agents parse that as a fallback and count it, so the fallback never hides a model's weakness; GRPO
+training reads a reply's calls with the same fallback (:func:`with_text_calls`).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 from collections import deque
+from collections.abc import Mapping
 from typing import Any
 
 from hopgym.messages import ToolCall, tool_call
@@ -139,6 +141,17 @@ def parse_text_tool_calls(content: str) -> list[ToolCall]:
                 if call is not None:
                     calls.append(call)
     return calls
+
+
+def with_text_calls(message: Mapping[str, Any]) -> tuple[dict[str, Any], int]:
+    """``message`` with the calls its content writes as JSON when it has no native ones, and how many were
+    recovered. The one reading of a reply's calls after the model's own parser, for evaluation (the ``fc``
+    agent) and training (:mod:`hopgym.train.rollout`): a model is rewarded for the action it is scored on."""
+    content = message.get("content")
+    if message.get("tool_calls") or not isinstance(content, str):
+        return dict(message), 0
+    recovered = parse_text_tool_calls(content)
+    return ({**message, "tool_calls": recovered} if recovered else dict(message)), len(recovered)
 
 
 def extract_code(content: str) -> str | None:

@@ -13,16 +13,13 @@ is answered 400 naming the parameter.
 Each connection must send its next request within :data:`CONNECTION_TIMEOUT` seconds (else it is closed)
 and at most :data:`MAX_CONNECTIONS` are served at once: idle or slow clients cannot pin threads.
 
-Run folders are read with the report's reader and read again when ``episodes.jsonl`` changes, so a run
-still in progress can be watched; a malformed record is skipped and named on the page, and a run that
-cannot be read is shown as such beside the others.
+What it serves of a run comes from :class:`~hopgym.agents.report.run_source.RunSource` (the run reading).
 """
 
 from __future__ import annotations
 
 import hmac
 import io
-import json
 import os
 import secrets
 import socket
@@ -36,12 +33,28 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from hopgym.agents.evaluation.provenance import incomplete_note
-from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILES, EpisodeRecord
-from hopgym.agents.evaluation.run_folder import json_bytes, open_in_folder
-from hopgym.agents.evaluation.summary import run_title
-from hopgym.agents.report.markdown import Run, load_run, run_names
+from hopgym.agents.evaluation.run_folder import json_bytes
+from hopgym.agents.report.markdown import run_names
+from hopgym.agents.report.run_source import (
+    OUTLINE_TEXT_LIMIT,
+    RunSource,
+    episode_outline,
+    error_types,
+    outcome,
+)
 from hopgym.errors import ConfigError, HopgymError, RequestError, one_line
+
+__all__ = [
+    "OUTLINE_TEXT_LIMIT",
+    "RunSource",
+    "ViewerServer",
+    "episode_outline",
+    "error_types",
+    "index_parameter",
+    "open_viewer",
+    "outcome",
+    "text_parameter",
+]
 
 HOST = "127.0.0.1"
 STATIC_FILES = {"/": "index.html", "/viewer.js": "viewer.js", "/viewer.css": "viewer.css"}
@@ -66,127 +79,11 @@ PAGE_POLICY = (
 )
 # A run folder's file opened directly: shown as data, never as an active document.
 FILE_POLICY = "default-src 'none'; sandbox"
-OUTLINE_TEXT_LIMIT = 200
 INDEX_DIGITS = 9
 """The most digits of a run index or sample number in a request: more name nothing a run holds, and int()
 refuses over 4,300 (its conversion limit) after quadratic work."""
 TEXT_PARAMETER_CHARS = 4096
 """The longest task id or file path a request may carry."""
-
-
-def outcome(record: EpisodeRecord) -> str:
-    """``errored`` (the episode ended in an exception), ``correct`` or ``wrong``."""
-    if record.error is not None:
-        return "errored"
-    return "correct" if record.correct else "wrong"
-
-
-def error_types(record: EpisodeRecord) -> list[str]:
-    """What went wrong in an episode: its calls' statuses and error types other than ``ok``, and the
-    exception class that ended it (the runner records errors as ``"Class: message"``)."""
-    kinds = {
-        kind
-        for call in record.calls
-        for kind in (call.get("status", "ok"), *(call.get("errors") or ()))
-        if kind and kind != "ok"
-    }
-    if record.error is not None:
-        kinds.add(record.error.partition(":")[0])
-    return sorted(map(str, kinds))
-
-
-def _short(value: Any) -> str | None:
-    if value is None:
-        return None
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= OUTLINE_TEXT_LIMIT else text[: OUTLINE_TEXT_LIMIT - 1] + "…"
-
-
-def episode_outline(record: EpisodeRecord) -> dict[str, Any]:
-    """One row of the episode list: what the filters and the table need, not the transcript."""
-    return {
-        "task_id": record.task_id,
-        "sample": record.sample,
-        "outcome": outcome(record),
-        "error_types": error_types(record),
-        "hops": record.hops,
-        "turns": record.turns,
-        "calls": len(record.calls),
-        "final_answer": _short(record.final_answer),
-        "gold_answer": _short(record.gold_answer),
-    }
-
-
-class RunSource:
-    """One run folder, read again when its episodes file changes (a run in progress can be watched)."""
-
-    def __init__(self, folder: Path, name: str) -> None:
-        self.folder = folder.resolve()
-        self.name = name
-        self._lock = threading.Lock()
-        self._stamp: tuple[int, int] | None = None
-        self._run: Run | None = None
-        self.run()  # a folder that is not a run fails now, not on the first page load
-
-    def run(self) -> Run:
-        """The run as read last, read again first if its episodes file has changed since."""
-        try:
-            stat = os.lstat(self.folder / EPISODES_FILE)
-        except FileNotFoundError:
-            stat = None
-        stamp = (stat.st_mtime_ns, stat.st_size) if stat else None
-        with self._lock:
-            if self._run is None or stamp != self._stamp:
-                self._run = load_run(self.folder, self.name)
-                self._stamp = stamp
-            return self._run
-
-    def overview(self) -> dict[str, Any]:
-        """The run's name, settings line, headline numbers, the outline of every episode and the malformed
-        records skipped; for a run that cannot be read (its folder changed since it was first read), its
-        name and why, so the other runs are still served."""
-        try:
-            run = self.run()
-        except Exception as exc:
-            why = one_line(str(exc) if isinstance(exc, HopgymError) else f"{type(exc).__name__}: {exc}")
-            return {
-                "name": self.name,
-                "folder": str(self.folder),
-                "title": self.name,
-                "error": why,
-                "files": [],
-                "skipped": [],
-                "outlines": [],
-            }
-        summary = run.summary
-        provenance = run.provenance
-        return {
-            "name": self.name,
-            "folder": str(self.folder),
-            "title": run_title(summary),
-            "answer_correctness": summary.get("answer_correctness"),
-            "episodes": summary.get("episodes"),
-            "errors": summary.get("errors"),
-            "incomplete": None
-            if not provenance or provenance.get("complete")
-            else incomplete_note(provenance),
-            "files": [name for name in RUN_FILES if (self.folder / name).is_file()],
-            "skipped": run.skipped,
-            "outlines": [episode_outline(record) for record in run.records],
-        }
-
-    def episode(self, task_id: str, sample: int) -> EpisodeRecord | None:
-        """The whole record of the episode of ``task_id``'s ``sample``, None if the run has none."""
-        return next((record for record in self.run().records if record.key == (task_id, sample)), None)
-
-    def file(self, relative: str) -> int | None:
-        """A descriptor of the regular file at ``relative`` inside this run folder (the caller closes it);
-        None for anything else: a missing file, ``..``, an absolute path, a link on the way (never
-        followed), a FIFO or device."""
-        try:
-            return open_in_folder(self.folder, relative)
-        except (OSError, HopgymError):
-            return None
 
 
 class ViewerServer(ThreadingHTTPServer):
