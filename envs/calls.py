@@ -11,10 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, NotRequired, TypedDict
 
-from hopgym.envs.feedback import outcome_of, shown_text, validation_text
-from hopgym.envs.validation import CallCheck, stand_in
 from hopgym.messages import ToolMessage
-from hopgym.sandbox.base import CallResult
+
+INVOCATION_ERROR_TYPES = ("tool_hallucination", "parameter_hallucination", "parameter_missing")
 
 CallRequest = tuple[str, Any, Any]
 """A call of an assistant message as :func:`call_fields` reads it: (id, name, raw arguments)."""
@@ -76,22 +75,11 @@ def new_call_record(
     }
 
 
-def call_record(
-    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
-) -> CallRecord:
-    """The record of a validated call: ``result`` is its sandbox outcome, None if it did not run."""
-    if result is not None:
-        status, detailed = outcome_of(result)
-        errors = [] if status == "ok" else [status]
-        latency_ms, truncated = result.latency_ms, result.truncated
-    else:
-        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
-        latency_ms, truncated = 0.0, False
-    shown_name = name if name is None or isinstance(name, str) else stand_in(name)
-    feedback_text = shown_text(status, detailed, feedback)
-    return new_call_record(
-        call_id, shown_name, check.arguments, status, errors, feedback_text, latency_ms, truncated
-    )
+def call_error_types(call: Mapping[str, Any]) -> set[str]:
+    """The invocation error types one call record carries (none for a well-formed call)."""
+    errors = set(call.get("errors") or ())
+    errors.add(call.get("status", "ok"))
+    return errors & set(INVOCATION_ERROR_TYPES)
 
 
 def tool_message(record: CallRecord) -> ToolMessage:

@@ -13,6 +13,8 @@ import json
 import re
 from typing import Any, Literal, get_args
 
+from hopgym.envs.calls import CallRecord, new_call_record
+from hopgym.envs.validation import CallCheck, stand_in
 from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult
 
@@ -62,3 +64,21 @@ def shown_text(status: str, detailed_text: str, mode: str) -> str:
     if status == "ok" or mode == "detailed":
         return detailed_text
     return MINIMAL_HINT
+
+
+def call_record(
+    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
+) -> CallRecord:
+    """The record of a validated call: ``result`` is its sandbox outcome, None if it did not run."""
+    if result is not None:
+        status, detailed = outcome_of(result)
+        errors = [] if status == "ok" else [status]
+        latency_ms, truncated = result.latency_ms, result.truncated
+    else:
+        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
+        latency_ms, truncated = 0.0, False
+    shown_name = name if name is None or isinstance(name, str) else stand_in(name)
+    feedback_text = shown_text(status, detailed, feedback)
+    return new_call_record(
+        call_id, shown_name, check.arguments, status, errors, feedback_text, latency_ms, truncated
+    )

@@ -28,12 +28,12 @@ import verifiers as vf
 from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
 from hopgym.envs.familytool.env import FamilyToolEnv
 from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
 from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
 from hopgym.envs.kgtool.env import KGToolEnv
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
 T = TypeVar("T")
