@@ -129,21 +129,22 @@ class EpisodeRunner:
         try:
             agent = self._make_agent[sample]()
         except Exception as exc:
-            rollout = Rollout(error=f"{type(exc).__name__}: {exc}")
+            rollout = Rollout()
+            rollout.fail(exc)
         else:
             rollout = await self.rollouts.episode(agent.act, {"index": index}, seed)
-        info, terminated = rollout.info, rollout.terminated
+        info, outcome = rollout.info, rollout.outcome
         messages = list(rollout.observation.get("messages", ()))
-        final = messages[-1] if terminated and messages else None
+        final = messages[-1] if outcome.terminated and messages else None
         return EpisodeRecord(
             task_id=task_id,
             index=index,
             sample=sample,
             seed=seed,
-            reward=rollout.reward,
-            correct=bool(info.get("correct", False)) if terminated else False,
-            terminated=terminated,
-            truncated=rollout.truncated,
+            reward=outcome.reward,
+            correct=outcome.correct,
+            terminated=outcome.terminated,
+            truncated=outcome.truncated,
             turns=rollout.turns,
             calls=rollout.calls,
             parallel_turns=rollout.parallel_turns,
@@ -151,10 +152,11 @@ class EpisodeRunner:
             gold_answer=info.get("answer"),
             hops=info.get("hops"),
             isolation=info.get("isolation"),
-            metrics=info.get("metrics"),
+            metrics=None if outcome.metrics is None else dict(outcome.metrics),
             agent=agent.stats.as_dict() if agent is not None else None,
             latency_ms=rollout.latency_ms,
             error=rollout.error,
+            error_detail=rollout.error_detail,
             messages=messages,
             server=rollout.server,
         )
