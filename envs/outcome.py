@@ -57,7 +57,7 @@ class Outcome:
             reward=float(reward) if ended else 0.0,
             terminated=bool(terminated),
             truncated=bool(truncated),
-            correct=bool(terminated) and info.get("correct") is True,
+            correct=bool(terminated) and bool(info.get("correct", False)),
             metrics=dict(metrics) if isinstance(metrics, Mapping) else None,
         )
 

@@ -1,4 +1,5 @@
-"""One typed error hierarchy for the whole package, so callers can catch by meaning."""
+"""One typed error hierarchy for the whole package, so callers can catch by meaning, and an error as the data
+records keep of it."""
 
 from __future__ import annotations
 

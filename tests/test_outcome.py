@@ -28,9 +28,9 @@ TERMINAL = {"correct": True, "metrics": {"f1": 0.5}, "calls": []}
         ((0.0, False, False, {"calls": []}), (0.0, False, False, None)),  # the budget or an error stopped it
         ((0.7, False, False, TERMINAL), (0.0, False, False, None)),  # an unended episode earns nothing
         (
-            (1.0, True, False, {"correct": "yes", "metrics": [1]}),
+            (1.0, True, False, {"metrics": [1]}),
             (1.0, True, False, None),
-        ),  # not the contract's
+        ),  # off-contract: no correct, metrics no dict
     ],
 )
 def test_an_outcome_of_a_step_follows_the_one_rule(step: tuple[Any, ...], expected: tuple[Any, ...]) -> None:
