@@ -9,12 +9,33 @@ unexecuted as FamilyTool's final calls).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NotRequired, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict, get_args
 
-from hopgym.envs.feedback import outcome_of, shown_text, validation_text
-from hopgym.envs.validation import CallCheck, stand_in
 from hopgym.messages import ToolMessage
-from hopgym.sandbox.base import CallResult
+
+CallStatus = Literal[
+    "ok",
+    "tool_hallucination",
+    "parameter_hallucination",
+    "parameter_missing",
+    "invalid_arguments",
+    "tool_error",
+    "timeout",
+    "resource_limit",
+]
+"""A call record's ``status`` (docs/contracts.md "Call records"): the one list every reader of records keys
+by (rewards' weights, MCP error types, summaries), so a new status is added here or nowhere. Not the
+sandbox's ``CallStatus``, which says only how the run ended and which :func:`~hopgym.envs.feedback.outcome_of`
+maps onto this one."""
+CALL_STATUSES: tuple[CallStatus, ...] = get_args(CallStatus)
+FAILURE_STATUSES: tuple[CallStatus, ...] = CALL_STATUSES[1:]
+"""The statuses a record's ``errors`` may list: every one but ``ok``."""
+INVOCATION_ERROR_TYPES: tuple[CallStatus, ...] = (
+    "tool_hallucination",
+    "parameter_hallucination",
+    "parameter_missing",
+)
+"""The paper's invocation errors (ToolHop, Section 4.1): the agent called wrongly, not the tool failing."""
 
 CallRequest = tuple[str, Any, Any]
 """A call of an assistant message as :func:`call_fields` reads it: (id, name, raw arguments)."""
@@ -28,8 +49,8 @@ class CallRecord(TypedDict):
     """The called name; whatever the agent sent when it is not a string (a stand-in when it is not JSON)."""
     arguments: Any
     """The parsed dict, or the raw value when it did not parse."""
-    status: str
-    errors: list[str]
+    status: CallStatus
+    errors: list[CallStatus]
     feedback: str
     """The text the agent sees, also the content of the matching ``tool`` message."""
     latency_ms: float
@@ -57,8 +78,8 @@ def new_call_record(
     call_id: str,
     name: Any,
     arguments: Any,
-    status: str,
-    errors: list[str],
+    status: CallStatus,
+    errors: list[CallStatus],
     feedback: str,
     latency_ms: float = 0.0,
     truncated: bool = False,
@@ -76,22 +97,11 @@ def new_call_record(
     }
 
 
-def call_record(
-    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
-) -> CallRecord:
-    """The record of a validated call: ``result`` is its sandbox outcome, None if it did not run."""
-    if result is not None:
-        status, detailed = outcome_of(result)
-        errors = [] if status == "ok" else [status]
-        latency_ms, truncated = result.latency_ms, result.truncated
-    else:
-        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
-        latency_ms, truncated = 0.0, False
-    shown_name = name if name is None or isinstance(name, str) else stand_in(name)
-    feedback_text = shown_text(status, detailed, feedback)
-    return new_call_record(
-        call_id, shown_name, check.arguments, status, errors, feedback_text, latency_ms, truncated
-    )
+def call_error_types(call: Mapping[str, Any]) -> set[str]:
+    """The invocation error types one call record carries (none for a well-formed call)."""
+    errors = set(call.get("errors") or ())
+    errors.add(call.get("status", "ok"))
+    return errors & set(INVOCATION_ERROR_TYPES)
 
 
 def tool_message(record: CallRecord) -> ToolMessage:

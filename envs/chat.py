@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Generic, Protocol, TypeVar, final
 import gymnasium as gym
 import numpy as np
 
-from hopgym.envs.calls import CallRecord, CallRequest, call_fields, call_record, tool_message
-from hopgym.envs.feedback import FeedbackMode, check_feedback_mode
+from hopgym.envs.calls import CallRecord, CallRequest, call_fields, tool_message
+from hopgym.envs.feedback import FeedbackMode, call_record, check_feedback_mode
 from hopgym.envs.spaces import AssistantActionSpace, ChatObservationSpace, action_problem, as_action
 from hopgym.envs.splits import check_split, split_tasks
 from hopgym.envs.validation import ToolValidator

@@ -14,6 +14,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from hopgym.envs.calls import CALL_STATUSES, FAILURE_STATUSES
 from hopgym.errors import ConfigError, ContractError, HopgymError
 
 INFO_KEYS = ("task_id", "hops", "feedback", "isolation", "tool_choice", "turn", "num_calls", "calls")
@@ -22,16 +23,6 @@ TERMINAL_INFO_KEYS = ("correct", "answer", "metrics")
 RECORDED_INFO_KEYS = ("task_id", "hops", "isolation", "calls", "correct", "answer", "metrics")
 """Info keys that reach episode records (episodes.jsonl), so they must be JSON data."""
 CALL_RECORD_KEYS = ("id", "name", "arguments", "status", "errors", "feedback", "latency_ms", "truncated")
-CALL_STATUSES = (
-    "ok",
-    "tool_hallucination",
-    "parameter_hallucination",
-    "parameter_missing",
-    "invalid_arguments",
-    "tool_error",
-    "timeout",
-    "resource_limit",
-)
 TOOL_CHOICES = ("required", "auto", "none", None)
 UNKNOWN_TOOL = "check_chat_env_unknown_tool"
 FINAL_ANSWER = "check_chat_env final answer"
@@ -88,7 +79,7 @@ def check_call_record(record: Any, where: str) -> None:
     status, errors = record["status"], record["errors"]
     _require(status in CALL_STATUSES, rule, f"status {status!r} is not one of {list(CALL_STATUSES)}")
     _require(
-        isinstance(errors, list) and all(e in CALL_STATUSES[1:] for e in errors),
+        isinstance(errors, list) and all(e in FAILURE_STATUSES for e in errors),
         rule,
         f"errors must list failure statuses, got {errors!r}",
     )

@@ -1,4 +1,5 @@
-"""What the agent sees for each call: a tool result, or a failure in detailed or minimal form.
+"""What the agent sees for each call: a tool result, or a failure in detailed or minimal form, and the call
+record that carries it with the call's status.
 
 ToolHop tools report most failures by returning a value rather than raising: in the 450 subset tools,
 921 ``return {'error': ...}`` statements and about 130 ``return 'Error: ...'`` strings, against 196
@@ -13,8 +14,11 @@ import json
 import re
 from typing import Any, Literal, get_args
 
+from hopgym.envs.calls import CallRecord, CallStatus, new_call_record
+from hopgym.envs.validation import CallCheck, stand_in
 from hopgym.options import check_choice
 from hopgym.sandbox.base import CallResult
+from hopgym.sandbox.base import CallStatus as SandboxStatus
 
 FeedbackMode = Literal["detailed", "minimal"]
 FEEDBACK_MODES: tuple[FeedbackMode, ...] = get_args(FeedbackMode)
@@ -22,7 +26,14 @@ MINIMAL_HINT = "Error: the tool call failed."
 """The one fixed text every failed call gets under ``feedback="minimal"`` (the paper's simple report)."""
 
 _ERROR_STRING = re.compile(r"\s*error\b", re.IGNORECASE)
-_SANDBOX_STATUS = {"error": "tool_error", "timeout": "timeout", "resource_limit": "resource_limit"}
+_SANDBOX_STATUS: dict[SandboxStatus, CallStatus] = {
+    "ok": "ok",
+    "error": "tool_error",
+    "timeout": "timeout",
+    "resource_limit": "resource_limit",
+}
+"""The call status of each way a sandbox run can end (an ``ok`` run whose value is an error value is
+``tool_error``: :func:`is_error_value`)."""
 
 
 def check_feedback_mode(mode: str) -> FeedbackMode:
@@ -43,12 +54,11 @@ def render_value(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-def outcome_of(result: CallResult) -> tuple[str, str]:
+def outcome_of(result: CallResult) -> tuple[CallStatus, str]:
     """(status, detailed text) for a call that ran in the sandbox."""
-    if result.status == "ok":
-        text = render_value(result.value)
-        return ("tool_error" if is_error_value(result.value) else "ok"), text
-    status = _SANDBOX_STATUS.get(result.status, "tool_error")
+    status = _SANDBOX_STATUS[result.status]
+    if status == "ok":
+        return ("tool_error" if is_error_value(result.value) else "ok"), render_value(result.value)
     return status, f"Error: {result.error or result.status}"
 
 
@@ -57,8 +67,26 @@ def validation_text(messages: tuple[str, ...] | list[str]) -> str:
     return "Error: " + "; ".join(messages)
 
 
-def shown_text(status: str, detailed_text: str, mode: str) -> str:
+def shown_text(status: CallStatus, detailed_text: str, mode: str) -> str:
     """The text the agent sees: results always as they are, failures per the feedback mode."""
     if status == "ok" or mode == "detailed":
         return detailed_text
     return MINIMAL_HINT
+
+
+def call_record(
+    call_id: str, name: Any, check: CallCheck, result: CallResult | None, feedback: str
+) -> CallRecord:
+    """The record of a validated call: ``result`` is its sandbox outcome, None if it did not run."""
+    if result is not None:
+        status, detailed = outcome_of(result)
+        errors: list[CallStatus] = [] if status == "ok" else [status]
+        latency_ms, truncated = result.latency_ms, result.truncated
+    else:
+        status, detailed, errors = check.status, validation_text(check.messages), list(check.errors)
+        latency_ms, truncated = 0.0, False
+    shown_name = name if name is None or isinstance(name, str) else stand_in(name)
+    feedback_text = shown_text(status, detailed, feedback)
+    return new_call_record(
+        call_id, shown_name, check.arguments, status, errors, feedback_text, latency_ms, truncated
+    )

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from hopgym.envs.calls import CallStatus
 from hopgym.tasks.tool_schema import (
     ArgumentCheckError,
     ArgumentValidator,
@@ -26,7 +27,7 @@ from hopgym.tasks.tool_schema import (
     check_tool_schema,
 )
 
-STATUS_ORDER = (
+STATUS_ORDER: tuple[CallStatus, ...] = (
     "tool_hallucination",
     "invalid_arguments",
     "parameter_hallucination",
@@ -48,7 +49,7 @@ class CallCheck:
     """The verdict on one call: ``arguments`` is the parsed dict, or the raw value when it did not parse."""
 
     arguments: Any
-    errors: tuple[str, ...] = ()
+    errors: tuple[CallStatus, ...] = ()
     messages: tuple[str, ...] = field(default=())
 
     @property
@@ -56,7 +57,7 @@ class CallCheck:
         return not self.errors
 
     @property
-    def status(self) -> str:
+    def status(self) -> CallStatus:
         return self.errors[0] if self.errors else "ok"
 
 
@@ -138,7 +139,7 @@ class ToolValidator:
 
     def check(self, name: Any, raw_arguments: Any, empty_is_object: bool = True) -> CallCheck:
         arguments, parse_problem = parse_arguments(raw_arguments, empty_is_object)
-        errors: list[str] = []
+        errors: list[CallStatus] = []
         messages: list[str] = []
         if not isinstance(name, str):
             errors.append("tool_hallucination")

@@ -1,6 +1,46 @@
-"""One typed error hierarchy for the whole package, so callers can catch by meaning."""
+"""One typed error hierarchy for the whole package, so callers can catch by meaning, and an error as the data
+records keep of it."""
 
 from __future__ import annotations
+
+import json
+from typing import Any, TypedDict
+
+FIELD_CHARS = 1000
+"""Longest JSON text of an error field a record keeps (a field holding a whole response is left out)."""
+
+
+class ErrorDetail(TypedDict):
+    """An exception as records keep it beside its ``Class: message`` text: what a reader can sort and act
+    on without parsing the text, as OpenEnv's errors carry fields (``active_sessions``, ``session_id``)."""
+
+    type: str
+    """The class name, as the text starts."""
+    module: str
+    message: str
+    fields: dict[str, Any]
+    """The exception's public attributes that are JSON data of at most :data:`FIELD_CHARS` characters."""
+
+
+def error_text(exc: BaseException) -> str:
+    """``Class: message``: how records and logs name an error."""
+    return f"{type(exc).__name__}: {exc}"
+
+
+def error_detail(exc: BaseException) -> ErrorDetail:
+    """``exc`` as plain JSON data (:class:`ErrorDetail`)."""
+    fields = {}
+    for name, value in vars(exc).items():
+        if name.startswith("_"):
+            continue
+        try:
+            text = json.dumps(value, allow_nan=False)
+        except (TypeError, ValueError):
+            continue
+        if len(text) <= FIELD_CHARS:
+            fields[name] = value
+    kind = type(exc)
+    return {"type": kind.__name__, "module": kind.__module__, "message": str(exc), "fields": fields}
 
 
 def one_line(text: str, limit: int = 500) -> str:

@@ -75,6 +75,7 @@ SHARED_MODULES = {
     "hopgym.envs": {
         "chat": 0,
         "calls": 0,
+        "outcome": 0,
         "feedback": 0,
         "spaces": 0,
         "validation": 0,

@@ -16,7 +16,7 @@ from hopgym.agents.adapters.mcp_tools import (
     mcp_error_type,
     mcp_tools,
 )
-from hopgym.envs.env_checker import CALL_STATUSES
+from hopgym.envs.calls import CALL_STATUSES
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.errors import HopgymError
 from hopgym.messages import tool_call

@@ -25,11 +25,10 @@ from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.model.local_server import local_model_string, local_server
 from hopgym.agents.model.server_process import ServerProcess
 from hopgym.cli import main
+from hopgym.envs.calls import CALL_STATUSES
 from hopgym.tasks.toolhop.loader import load_toolhop
 
 pytestmark = pytest.mark.model
-STATUSES = {"ok", "tool_hallucination", "parameter_hallucination", "parameter_missing", "invalid_arguments"}
-STATUSES |= {"tool_error", "timeout", "resource_limit"}
 WEATHER = [
     {
         "type": "function",
@@ -114,7 +113,7 @@ def test_eval_runs_the_local_model_on_real_tasks(agent: str, tmp_path: Path) -> 
         assert record.terminated or record.truncated
         assert 1 <= record.turns <= 2 and record.agent_count("prompt_tokens") > 0
         assert record.isolation
-        assert all(call["status"] in STATUSES for call in record.calls)
+        assert all(call["status"] in CALL_STATUSES for call in record.calls)
         if agent == "fc":  # the grammar: the first call names an offered tool, with a JSON object
             task = next(t for t in tasks if t.id == record.task_id)
             offered = {tool["function"]["name"] for tool in task.tools}

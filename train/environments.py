@@ -37,9 +37,10 @@ from typing import Any, ClassVar, Literal, Union
 import gymnasium as gym
 
 from hopgym.agents.evaluation.rollouts import Rollouts
-from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
+from hopgym.envs.outcome import Outcome
+from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError, error_text
 from hopgym.train.dataset import select_tasks, task_rows
-from hopgym.train.rollout import TrainEpisode, check_env, unended_episode
+from hopgym.train.rollout import TrainEpisode, check_env, record_outcome, unended_episode
 
 _SCALARS: Mapping[str, Any] = {
     "string": str,
@@ -271,12 +272,10 @@ class HopgymEnvironment:
                 "truncated": truncated,
             }
         )
-        if terminated or truncated:
+        outcome = Outcome.of_step(reward, terminated, truncated, info)
+        if outcome.ended:
             self._open = False
-            self.record["reward"] = float(reward)
-            self.record["ended"] = True
-            self.record["metrics"] = info.get("metrics")
-            self.record["correct"] = bool(info["correct"]) if "correct" in info else None
+            record_outcome(self.record, outcome)
         added = observation["messages"][self._seen + 1 :]  # after the assistant message sent
         self._seen = len(observation["messages"])
         return [message for message in added if message.get("role") == "tool"]
@@ -290,7 +289,7 @@ class HopgymEnvironment:
         except (ActionError, ModelError):
             raise
         except Exception as exc:
-            self._error = f"{type(exc).__name__}: {exc}"
+            self._error = error_text(exc)
             raise
         finally:
             if self.record is not None:

@@ -21,11 +21,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from hopgym.envs.env_checker import CALL_STATUSES
+from hopgym.envs.calls import CALL_STATUSES, CallStatus
 from hopgym.errors import ConfigError
 from hopgym.train.rollout import RECORD_FIELD, TrainEpisode
 
-DEFAULT_CALL_WEIGHTS: Mapping[str, float] = {
+DEFAULT_CALL_WEIGHTS: Mapping[CallStatus, float] = {
     "ok": 0.5,
     "tool_error": 0.0,
     "timeout": 0.0,
@@ -66,11 +66,10 @@ class ShapedReward:
         call_weights: Mapping[str, float] | None = None,
         correct_weight: float = 1.0,
     ) -> None:
-        weights = dict(DEFAULT_CALL_WEIGHTS)
         unknown = sorted(set(call_weights or {}) - set(CALL_STATUSES))
         if unknown:
             raise ConfigError(f"call weights for unknown statuses {unknown}; statuses: {list(CALL_STATUSES)}")
-        weights.update(call_weights or {})
+        weights: dict[str, float] = dict([*DEFAULT_CALL_WEIGHTS.items(), *(call_weights or {}).items()])
         self.format_weight = format_weight
         self.call_weights = weights
         self.correct_weight = correct_weight

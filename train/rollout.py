@@ -44,6 +44,7 @@ from hopgym.agents.model.reply_parser import parse_reply
 from hopgym.agents.policies.text_calls import with_text_calls
 from hopgym.envs.calls import CallRecord
 from hopgym.envs.chat import chat_env, checked_action
+from hopgym.envs.outcome import NOT_ENDED, Outcome, OutcomeFields
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
 from hopgym.train.dataset import task_of_prompt
 
@@ -75,18 +76,14 @@ class TurnRecord(TypedDict):
     truncated: bool
 
 
-class TrainEpisode(TypedDict):
-    """One completion's episode: its task, turns, and how the env ended (or did not end) it."""
+class TrainEpisode(OutcomeFields):
+    """One completion's episode: its task, turns, and how the env ended (or did not end) it: the fields of
+    its :class:`~hopgym.envs.outcome.Outcome` (``reward``, ``terminated``, ``truncated``, ``ended``: False
+    when the token budget ran out first, ``correct``: False unless it terminated correct, ``metrics``), read
+    back with ``Outcome.of_fields``."""
 
     task_id: str
     turns: list[TurnRecord]
-    reward: float
-    """The env's reward of the episode: its final step's; 0.0 when the episode did not end."""
-    ended: bool
-    """The env ended the episode (terminated or truncated); False when the token budget ran out first."""
-    correct: bool | None
-    """``info["correct"]`` of the final step; None when the episode did not end terminated."""
-    metrics: dict[str, Any] | None
     env_seconds: float
     """Wall time spent in ``env.reset`` and ``env.step`` (sandboxed calls included)."""
     server: str | None
@@ -101,14 +98,16 @@ def unended_episode(task_id: str) -> TrainEpisode:
     return {
         "task_id": task_id,
         "turns": [],
-        "reward": 0.0,
-        "ended": False,
-        "correct": None,
-        "metrics": None,
+        **NOT_ENDED.fields(),
         "env_seconds": 0.0,
         "server": None,
         "cut_off": [],
     }
+
+
+def record_outcome(record: TrainEpisode, outcome: Outcome) -> None:
+    """Put the episode's outcome into its record (the training record's one way to say how it ended)."""
+    record.update(outcome.fields())
 
 
 class _OutOfTokens(ModelError):
@@ -312,13 +311,10 @@ class _Episode:
         """Fill the record from the played episode (its last step's ``info``, reward and ending)."""
         if played.error is not None and not self.out_of_tokens:
             raise HopgymError(f"episode of {self.record['task_id']} failed: {played.error}")
-        ended = played.terminated or played.truncated
-        if ended:
-            self._turn_ended(played.info, played.reward, played.terminated, played.truncated)
-            self.record["reward"] = played.reward
-            self.record["ended"] = True
-            self.record["correct"] = bool(played.info["correct"]) if "correct" in played.info else None
-            self.record["metrics"] = played.info.get("metrics")
+        outcome = played.outcome
+        if outcome.ended:
+            self._turn_ended(played.info, outcome.reward, outcome.terminated, outcome.truncated)
+            record_outcome(self.record, outcome)
         self.record["env_seconds"] = max(0.0, played.latency_ms / 1000 - self.policy_seconds)
         self.record["server"], self.record["cut_off"] = played.server, list(played.cut_off)
 

@@ -15,14 +15,14 @@ from typing import Any, Literal, TypedDict
 
 import gymnasium as gym
 
-from hopgym.envs.calls import CallRecord
+from hopgym.envs.calls import CallRecord, CallStatus
 from hopgym.errors import HopgymError
 from hopgym.messages import tool_call
 
 McpErrorType = Literal["tool_not_found", "invalid_args", "execution_error", "timeout"]
 """OpenEnv's typed tool errors (the values of its ``ToolErrorType``) that a hopgym call status maps to."""
 
-MCP_ERROR_TYPES: Mapping[str, McpErrorType | None] = {
+MCP_ERROR_TYPES: Mapping[CallStatus, McpErrorType | None] = {
     "ok": None,
     "tool_hallucination": "tool_not_found",
     "invalid_arguments": "invalid_args",
@@ -51,7 +51,7 @@ class McpCallResult:
     and the whole ``env.step`` result (the call may end the episode)."""
 
     text: str
-    status: str
+    status: CallStatus
     error_type: McpErrorType | None
     record: CallRecord
     observation: dict[str, Any]
@@ -82,7 +82,7 @@ def mcp_tools(observation: Mapping[str, Any]) -> list[McpTool]:
     return [mcp_tool(schema) for schema in observation["tools"]]
 
 
-def mcp_error_type(status: str) -> McpErrorType | None:
+def mcp_error_type(status: CallStatus) -> McpErrorType | None:
     """The MCP error type of a hopgym call status (None for ``ok``); a :class:`HopgymError` naming the
     known statuses for any other, so a new status cannot pass as a success."""
     try:

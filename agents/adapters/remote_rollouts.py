@@ -136,7 +136,7 @@ class RemoteRollouts(Rollouts):
                 started = time.perf_counter()  # waiting for a place is not episode time
                 await self._play_somewhere(policy, rollout, options, seed, actions)
         except Exception as exc:
-            rollout.error = f"{type(exc).__name__}: {exc}"
+            rollout.fail(exc)
         rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
         return rollout
 

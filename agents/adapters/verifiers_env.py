@@ -29,12 +29,14 @@ from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
 from hopgym.agents.evaluation.summary import paper_metrics
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
+from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
 
 T = TypeVar("T")
 EPISODE = "hopgym"
-"""The state key of the episode's outcome (plain data: reward, correct, calls, ...)."""
+"""The state key of the episode: its outcome's fields (``Outcome.fields``: reward, ended, correct, metrics,
+...), its call records and the messages seen (plain data)."""
 
 
 def load_environment(env_id: str = "ToolHop-v0", concurrency: int = 8, **env_kwargs: Any) -> vf.Environment:
@@ -109,7 +111,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         self._borrowed[state["trajectory_id"]] = env
         info = state["info"]
         observation, _ = await self._env_call(state, env.reset, options={"index": info["index"]})
-        state[EPISODE] = {"seen": len(observation["messages"]), "reward": 0.0, "correct": False, "calls": []}
+        state[EPISODE] = {"seen": len(observation["messages"]), **NOT_ENDED.fields(), "calls": []}
         return state
 
     async def env_response(self, messages: vf.Messages, state: vf.State, **kwargs: Any) -> vf.Messages:
@@ -123,10 +125,9 @@ class HopgymEnv(vf.MultiTurnEnv):
         added = [env_message(m) for m in observation["messages"][episode["seen"] + 1 :]]
         episode["seen"] = len(observation["messages"])
         episode["calls"] += info["calls"]
-        if terminated or truncated:
-            episode.update(
-                reward=float(reward), correct=bool(info.get("correct")), metrics=info.get("metrics") or {}
-            )
+        outcome = Outcome.of_step(reward, terminated, truncated, info)
+        if outcome.ended:
+            episode.update(outcome.fields())
             state["final_env_response"] = added
         return added
 
@@ -162,13 +163,14 @@ def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> 
     ``metrics`` keys, a value the env reports as not applicable (None) counting 0. The legacy rubric and
     the v1 taskset both report these."""
     errors = set().union(*(call_error_types(call) for call in episode.get("calls", ())))
-    columns = {"answer_correctness": float(bool(episode.get("correct")))}
+    outcome = Outcome.of_fields(episode)
+    columns = {"answer_correctness": float(outcome.correct)}
     for error_type in (None, *INVOCATION_ERROR_TYPES):
         columns[f"{error_type or 'invocation_error'}_query"] = float(
             bool(errors) if error_type is None else error_type in errors
         )
     for key in metrics:
-        columns[key] = float(episode.get("metrics", {}).get(key) or 0.0)
+        columns[key] = float((outcome.metrics or {}).get(key) or 0.0)
     return columns
 
 

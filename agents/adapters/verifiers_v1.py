@@ -34,6 +34,7 @@ from hopgym.agents.adapters.verifiers_env import action_of, episode_columns
 from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.chat import chat_env
+from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ConfigError, DataError
 
 
@@ -127,22 +128,20 @@ def replay(task: HopgymData, trace: vf.Trace) -> dict[str, Any]:
     env = make_env(task.env_id, task.env_kwargs)
     try:
         env.reset(options={"index": task.index})
-        outcome: dict[str, Any] = {"reward": 0.0, "correct": False, "calls": [], "metrics": {}}
+        outcome, calls = NOT_ENDED, list[Any]()
         for message in trace.assistant_messages:
             _, reward, terminated, truncated, info = env.step(action_of(message))
-            outcome["calls"] += info["calls"]
-            if terminated or truncated:
-                outcome.update(
-                    reward=float(reward), correct=bool(info.get("correct")), metrics=info.get("metrics") or {}
-                )
+            calls += info["calls"]
+            outcome = Outcome.of_step(reward, terminated, truncated, info)
+            if outcome.ended:
                 break
         # A call's feedback is what the toolset answered; the call that ends an episode (FamilyTool's one
         # call) has no tool message in the env's chat, yet the model saw its result.
-        seen = [call["feedback"] for call in outcome["calls"]]
+        seen = [call["feedback"] for call in calls]
         shown = [message.content for message in trace.tool_messages]
         if shown != seen[: len(shown)]:
             raise DataError(f"task {task.task_id}: the tool results the model saw differ from the replay's")
-        return {"outcome": outcome, "metrics": paper_metrics(env)}
+        return {"outcome": {**outcome.fields(), "calls": calls}, "metrics": paper_metrics(env)}
     finally:
         env.close()
 

@@ -129,7 +129,8 @@ class EpisodeRunner:
         try:
             agent = self._make_agent[sample]()
         except Exception as exc:
-            rollout = Rollout(error=f"{type(exc).__name__}: {exc}")
+            rollout = Rollout()
+            rollout.fail(exc)
         else:
             rollout = await self.rollouts.episode(agent.act, {"index": index}, seed)
         stats = agent.stats.as_dict() if agent is not None else None
@@ -141,18 +142,18 @@ def episode_record(
 ) -> EpisodeRecord:
     """The record of a played episode: one definition for ``hopgym eval`` and the outside harnesses that
     play hopgym's episodes (hopgym.inspect), so their columns are computed from the same fields."""
-    info, terminated = rollout.info, rollout.terminated
+    info, outcome = rollout.info, rollout.outcome
     messages = list(rollout.observation.get("messages", ()))
-    final = messages[-1] if terminated and messages else None
+    final = messages[-1] if outcome.terminated and messages else None
     return EpisodeRecord(
         task_id=task_id,
         index=index,
         sample=sample,
         seed=seed,
-        reward=rollout.reward,
-        correct=bool(info.get("correct", False)) if terminated else False,
-        terminated=terminated,
-        truncated=rollout.truncated,
+        reward=outcome.reward,
+        correct=outcome.correct,
+        terminated=outcome.terminated,
+        truncated=outcome.truncated,
         turns=rollout.turns,
         calls=rollout.calls,
         parallel_turns=rollout.parallel_turns,
@@ -160,10 +161,11 @@ def episode_record(
         gold_answer=info.get("answer"),
         hops=info.get("hops"),
         isolation=info.get("isolation"),
-        metrics=info.get("metrics"),
+        metrics=None if outcome.metrics is None else dict(outcome.metrics),
         agent=agent,
         latency_ms=rollout.latency_ms,
         error=rollout.error,
+        error_detail=rollout.error_detail,
         messages=messages,
         server=rollout.server,
     )

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError
 
 ERROR_SETS = ("invocation", "failed")

@@ -1,6 +1,6 @@
 """An eval run folder: the names of its files, and its ``episodes.jsonl`` of typed episode records.
 
-Light on purpose (no env, model or runner import): the summary, report, rescore, tracking and the viewer
+Light on purpose (no env class, model or runner import): the summary, report, rescore, tracking and the viewer
 read run folders through it. Each line of ``episodes.jsonl`` is one finished episode, appended and flushed;
 it is parsed once into an :class:`EpisodeRecord`, and readers use its fields, not the JSON object.
 
@@ -28,7 +28,8 @@ from hopgym.agents.evaluation.run_folder import (
     read_json,
     replace_file,
 )
-from hopgym.errors import ConfigError
+from hopgym.envs.outcome import Outcome
+from hopgym.errors import ConfigError, ErrorDetail
 
 RUN_FILE = "run.json"
 """The run's identity (settings a resume must share) and provenance."""
@@ -84,12 +85,20 @@ class EpisodeRecord:
     latency_ms: float = 0.0
     error: str | None = None
     """Why the episode could not finish, as ``Class: message``, else None."""
+    error_detail: ErrorDetail | None = None
+    """The same error as data (:class:`hopgym.errors.ErrorDetail`: ``type``, ``module``, ``message``,
+    ``fields``); not written when None, and None in records written before it."""
     messages: list[Any] = field(default_factory=list)
     node: str | None = None
     """The Ray node that ran the episode (``--executor ray``); not written when None."""
     server: str | None = None
     """The env server that played the episode to its end (``--env-url``); not written when None."""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def outcome(self) -> Outcome:
+        """How the episode ended, by the rule training records and the verifiers adapters share."""
+        return Outcome.of_fields(self.to_json())
 
     @property
     def key(self) -> tuple[str, int]:
@@ -101,10 +110,10 @@ class EpisodeRecord:
         return (self.agent or {}).get(name, 0)
 
     def to_json(self) -> dict[str, Any]:
-        """The record as its JSON object (``node`` and ``server`` only when set, then the keys kept in
-        ``extra``)."""
+        """The record as its JSON object (``error_detail``, ``node`` and ``server`` only when set, then the
+        keys kept in ``extra``)."""
         known = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
-        for key in ("node", "server"):
+        for key in ("error_detail", "node", "server"):
             if known[key] is None:
                 del known[key]
         return {**known, **self.extra}
@@ -157,6 +166,7 @@ class EpisodeRecord:
             agent=record.get("agent"),
             latency_ms=float(given("latency_ms", 0.0)),
             error=record.get("error"),
+            error_detail=record.get("error_detail"),
             messages=given("messages", []),
             node=record.get("node"),
             server=record.get("server"),
@@ -183,6 +193,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "latency_ms": (int, float, _NONE),
     "messages": (list, _NONE),
     "error": (str, _NONE),
+    "error_detail": (dict, _NONE),
     "node": (str, _NONE),
     "server": (str, _NONE),
 }

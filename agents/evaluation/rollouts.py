@@ -32,7 +32,8 @@ import gymnasium as gym
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.chat import chat_env
-from hopgym.errors import ActionError, ConfigError, ModelError
+from hopgym.envs.outcome import Outcome
+from hopgym.errors import ActionError, ConfigError, ErrorDetail, ModelError, error_detail, error_text
 
 T = TypeVar("T")
 StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]
@@ -57,7 +58,9 @@ def make_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> gym.En
 @dataclass
 class Rollout:
     """One episode as it went, filled in while it runs: an episode that failed midway still shows how far
-    it got, and ``error`` says why (``Class: message``)."""
+    it got, and ``error`` says why (``Class: message``, with ``error_detail`` its class and fields). Its
+    :attr:`outcome` is what eval records and training records take "ended", "correct" and the reward
+    from."""
 
     observation: Mapping[str, Any] = field(default_factory=dict)
     """The last observation (its ``messages`` are the whole conversation)."""
@@ -74,12 +77,22 @@ class Rollout:
     latency_ms: float = 0.0
     """From reset to the end, not counting the wait for a free env."""
     error: str | None = None
+    error_detail: ErrorDetail | None = None
     server: str | None = None
     """The env server that played the episode to its end (``--env-url``: ``RemoteRollouts``); None: in
     process."""
     cut_off: list[str] = field(default_factory=list)
     """Each env server that died or refused while it had the episode (``URL: why``), in order; the episode
     was then played again from its start on another, so nothing above counts a cut-off attempt."""
+
+    @property
+    def outcome(self) -> Outcome:
+        """The outcome of the last step (:data:`~hopgym.envs.outcome.NOT_ENDED` before one)."""
+        return Outcome.of_step(self.reward, self.terminated, self.truncated, self.info)
+
+    def fail(self, exc: BaseException) -> None:
+        """End the episode with ``exc`` as its error (text and detail)."""
+        self.error, self.error_detail = error_text(exc), error_detail(exc)
 
 
 class EnvPool:
@@ -255,7 +268,7 @@ class Rollouts:
             finally:
                 self.release(env, healthy)
         except Exception as exc:
-            rollout.error = f"{type(exc).__name__}: {exc}"
+            rollout.fail(exc)
         rollout.latency_ms = round((time.perf_counter() - started) * 1000, 1)
         return rollout
 

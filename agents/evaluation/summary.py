@@ -19,12 +19,13 @@ import gymnasium as gym
 from hopgym.agents.evaluation.records import AGENT_COUNTS, EpisodeRecord
 from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.agents.model.cost import token_cost
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
 from hopgym.envs.familytool.env import FamilyToolEnv
 from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
 from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
 from hopgym.envs.kgtool.env import KGToolEnv
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types, table4_metrics
+from hopgym.envs.toolhop.metrics import table4_metrics
 
 # (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num"
 # values as they are.

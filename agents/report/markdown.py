@@ -23,8 +23,8 @@ from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, table4
 from hopgym.agents.report.paired_table import paired_markdown
 from hopgym.agents.report.plots import grouped_bars
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES
 from hopgym.envs.env_options import env_creator
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES
 from hopgym.errors import ConfigError, DataError
 
 REPORT_FILE = "report.md"

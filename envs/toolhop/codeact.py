@@ -12,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.envs.calls import CallRecord, call_record
-from hopgym.envs.feedback import MINIMAL_HINT, render_value, shown_text, validation_text
+from hopgym.envs.calls import CallRecord
+from hopgym.envs.feedback import MINIMAL_HINT, call_record, render_value, shown_text, validation_text
 from hopgym.envs.validation import CallCheck, ToolValidator
 from hopgym.sandbox.base import CALL_STATUSES, CallResult, Sandbox
 

@@ -11,14 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-INVOCATION_ERROR_TYPES = ("tool_hallucination", "parameter_hallucination", "parameter_missing")
-
-
-def call_error_types(call: Mapping[str, Any]) -> set[str]:
-    """The invocation error types one call record carries (none for a well-formed call)."""
-    errors = set(call.get("errors") or ())
-    errors.add(call.get("status", "ok"))
-    return errors & set(INVOCATION_ERROR_TYPES)
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 
 
 def _rate(count: int, total: int) -> float | None:

@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hopgym.envs.calls import CallRecord, new_call_record
+from hopgym.envs.calls import CallRecord, CallStatus, new_call_record
 from hopgym.envs.feedback import MINIMAL_HINT, is_error_value
 from hopgym.envs.validation import CallCheck
 from hopgym.sandbox.base import CallResult, Sandbox
@@ -54,7 +54,7 @@ class OfficialOutcome:
     text: str
     failed: bool
     """The call raised or returned an error value (what ``feedback="minimal"`` hides)."""
-    status: str = "ok"
+    status: CallStatus = "ok"
     """``ok``, ``tool_error``, ``timeout`` or ``resource_limit``."""
     ran: bool = True
     """False when the call failed before the tool ran (bad JSON, unknown name, non-mapping arguments)."""
@@ -64,7 +64,7 @@ class OfficialOutcome:
     truncated: bool = False
 
 
-def _failure(name: Any, message: str, status: str = "tool_error", **extra: Any) -> OfficialOutcome:
+def _failure(name: Any, message: str, status: CallStatus = "tool_error", **extra: Any) -> OfficialOutcome:
     return OfficialOutcome(error_text(name, message), True, status, **extra)
 
 
@@ -139,7 +139,7 @@ def _outcome(name: Any, result: CallResult) -> OfficialOutcome:
     kind, message = _split_error(result.error)
     if kind in _STOPS_THE_RUN:
         return _failure(name, message, stops_run=f"the tool raised {kind}", **timing)
-    status = "resource_limit" if result.status == "resource_limit" else "tool_error"
+    status: CallStatus = "resource_limit" if result.status == "resource_limit" else "tool_error"
     return _failure(name, message, status, **timing)
 
 

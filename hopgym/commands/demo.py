@@ -14,8 +14,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from hopgym.agents.policies.scripted import run_episode
+from hopgym.envs.calls import INVOCATION_ERROR_TYPES
 from hopgym.envs.chat import chat_env
-from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, table4_metrics
+from hopgym.envs.toolhop.metrics import table4_metrics
 
 
 def _percent(value: float | None) -> str:
