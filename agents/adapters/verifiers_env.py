@@ -8,9 +8,9 @@ turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose 
 response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
 answer correctness, ToolHop's query-level columns (invocation error, tool hallucination, parameter
 hallucination, parameter missing: each 0 or 1 per rollout, so that their mean is the paper's figure), and
-the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: FamilyTool's EM,
-Tool Acc, Value Acc and, with ``kg="extract"``, the KG extraction columns; KGTool's precision, recall, F1,
-hits@1). A value the env reports as not applicable (None), or an episode that ended unscored, counts 0.
+the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: those the env
+declares, e.g. FamilyTool's EM, Tool Acc and Value Acc, KGTool's hits@1). A value the env reports as not
+applicable (None), or an episode that ended unscored, counts 0.
 
 vf-eval imports an environment by module name: ``vf-eval hopgym.agents.adapters.verifiers_env -a
 '{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).
@@ -29,10 +29,6 @@ from datasets import Dataset
 
 from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
 from hopgym.envs.chat import chat_env
-from hopgym.envs.familytool.env import FamilyToolEnv
-from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
-from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
-from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.envs.toolhop.metrics import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.errors import ActionError
 
@@ -161,13 +157,9 @@ class HopgymEnv(vf.MultiTurnEnv):
 
 
 def paper_metrics(env: gym.Env) -> tuple[str, ...]:
-    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns."""
-    inner = chat_env(env)
-    if isinstance(inner, FamilyToolEnv):
-        return (*TOOL_KEYS, *(KG_KEYS if inner.kg_mode == "extract" else ()))
-    if isinstance(inner, KGToolEnv):
-        return KGTOOL_METRICS
-    return ()
+    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-task columns, as the env
+    declares them (``ChatToolEnv.paper_metrics``)."""
+    return tuple(chat_env(env).paper_metrics)
 
 
 def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> dict[str, float]:
