@@ -249,9 +249,10 @@ def check_chat_env(env: gym.Env) -> None:
 
 class ContractChecker(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
     """The contract's cheap rules on an env's first reset and first step, at run time (Gymnasium's
-    ``PassiveEnvChecker``): a third-party env, or a task file whose tools misbehave, fails at once with
-    :class:`ContractError` naming the env id and the rule, not as an odd record or summary later. Later
-    resets and steps pass through unchecked."""
+    ``PassiveEnvChecker``): a third-party env, or a task file whose tools misbehave, fails with
+    :class:`ContractError` naming the env id and the rule, not as odd records or summaries later. An env
+    that broke a rule raises that error on every later reset and step (its episodes fail, none is recorded
+    as played); one that kept them passes through unchecked after its first step."""
 
     def __init__(self, env: gym.Env, env_id: str) -> None:
         super().__init__(env)
@@ -259,30 +260,39 @@ class ContractChecker(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
         self._before: Mapping[str, Any] | None = None
         """The info of the latest reset, until the first step is checked against it; then None."""
         self._checked_reset = False
+        self._broken: str | None = None
+        """The message of the rule the env broke, if it broke one."""
 
     def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._refuse_if_broken()
         result = self.env.reset(**kwargs)
         if not self._checked_reset:
             self._checked_reset = True
-            self._named(check_reset_result, result)
+            self._check(check_reset_result, result)
             self._before = result[1]
         elif self._before is not None:
             self._before = result[1]
         return result
 
     def step(self, action: Any) -> Step:
+        self._refuse_if_broken()
         result = self.env.step(action)
         if self._before is not None:
             before, self._before = self._before, None
-            self._named(check_step_result, result, before)
+            self._check(check_step_result, result, before)
         return result  # type: ignore[return-value]
 
-    def _named(self, check: Callable[..., Any], result: Any, *args: Any) -> None:
-        """``check(env, result, ...)``, its :class:`ContractError` naming this env's id."""
+    def _check(self, check: Callable[..., Any], result: Any, *args: Any) -> None:
+        """``check(env, result, ...)``; a broken rule is kept and raised naming this env's id."""
         try:
             check(self.env, result, *args)
         except ContractError as exc:
-            raise ContractError(
+            self._broken = (
                 f"env {self.env_id} breaks the env contract, {exc}; {DISABLE_ENV_CHECKER}=true (Gymnasium's "
                 "opt-out) skips these run-time checks"
-            ) from None
+            )
+            raise ContractError(self._broken) from None
+
+    def _refuse_if_broken(self) -> None:
+        if self._broken is not None:
+            raise ContractError(self._broken)

@@ -157,7 +157,9 @@ def test_extraction_options_belong_to_the_env_only() -> None:
 
 
 def test_the_agent_and_the_extract_mode_need_each_other_before_any_run(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--agent kgetool writes a 'kg-extraction' first turn.* 'standard'"):
+    with pytest.raises(
+        ConfigError, match=r"--agent kgetool writes a 'kg-extraction' first turn.* 'standard'"
+    ):
         run_row(tmp_path, scripted(SEARCH, GOLD_CALL), {"kg": "none"})
     with ScriptedModelServer(scripted(SEARCH, GOLD_CALL)) as server:
         for env, kwargs, agent in (("ToolHop-v0", {}, "kgetool"), ("FamilyTool-v0", {"kg": "extract"}, "fc")):
