@@ -9,7 +9,7 @@ from __future__ import annotations
 import difflib
 import importlib
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import gymnasium as gym
 from gymnasium.envs.registration import EnvSpec, load_env_creator
@@ -54,7 +54,7 @@ def registered_id(env_id: str) -> str:
     )
 
 
-def _is_chat_env(creator: Callable[..., Any]) -> bool:
+def _is_chat_env(creator: Callable[..., Any]) -> TypeGuard[type[ChatToolEnv[Any]]]:
     return isinstance(creator, type) and issubclass(creator, ChatToolEnv)
 
 

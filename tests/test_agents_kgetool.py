@@ -14,13 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hopgym.agents.report.paper_tables import paper_tables_for_run
 
 from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.agents.policies.kgetool.agent import KGEToolAgent
 from hopgym.agents.policies.registry import agent_factory
+from hopgym.agents.report.paper_tables import paper_tables_for_run
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 
