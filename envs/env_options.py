@@ -29,15 +29,16 @@ def check_env_options(env_id: str, kwargs: Mapping[str, Any]) -> None:
     check_keywords(env_creator(gym.spec(name)), env_checker_option(kwargs)[1], f"env {name}")
 
 
-def registered_id(env_id: str) -> str:
+def registered_id(env_id: str, import_module: bool = True) -> str:
     """The id ``gym.spec`` knows ``env_id`` by: one of hopgym's (its ``hopgym:`` prefix dropped), or a
     third-party id registered to a :class:`ChatToolEnv` subclass (``module:Env-v0`` imports ``module`` first,
-    as ``gym.make`` does); :class:`ConfigError` for any other."""
+    as ``gym.make`` does, unless ``import_module`` is False: an id read from a run folder, which is data, is
+    looked up among the envs this process registered); :class:`ConfigError` for any other."""
     name = env_id.removeprefix("hopgym:")
     if name in ENV_IDS:
         return name
     module, _, name = env_id.rpartition(":")
-    if module:
+    if module and import_module:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError as exc:
@@ -58,10 +59,11 @@ def _is_chat_env(creator: Callable[..., Any]) -> TypeGuard[type[ChatToolEnv[Any]
     return isinstance(creator, type) and issubclass(creator, ChatToolEnv)
 
 
-def env_class(env_id: str) -> type[ChatToolEnv[Any]]:
+def env_class(env_id: str, import_module: bool = True) -> type[ChatToolEnv[Any]]:
     """The class the registry makes for ``env_id``: what callers ask about an env (``issubclass``, its class
-    attributes) instead of comparing env-id strings, so a new env built on one is treated as that one."""
-    creator = env_creator(gym.spec(registered_id(env_id)))
+    attributes) instead of comparing env-id strings, so a new env built on one is treated as that one.
+    ``import_module``: see :func:`registered_id` (False for an id read from a run folder)."""
+    creator = env_creator(gym.spec(registered_id(env_id, import_module)))
     if not _is_chat_env(creator):
         raise ConfigError(f"env {env_id} is not made by one of hopgym's chat env classes")
     return creator

@@ -281,3 +281,28 @@ def test_the_check_finds_each_kind_of_env_knowledge(paper_metrics: list[str]) ->
     assert env_knowledge('columns = ("tool_em", "hits@1")\n', paper_metrics) == ["hits@1", "tool_em"]
     assert env_knowledge("the tool_em column; ToolHopEnvs; first_turn\n", paper_metrics) == []
     assert any(path.name == "registry.py" for path in ABOVE_ENVS)  # the scan reaches the agents
+
+
+def test_a_run_folder_naming_a_third_party_env_imports_no_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run folder is data: the ``module:Env-v0`` its run.json names is not imported to read it (a report
+    or rescore of someone's run folder runs none of their code); the command line's ``--env`` is."""
+    from hopgym.agents.evaluation.rescore import rescore_run
+    from hopgym.agents.report.paper_tables import paper_tables_for_run
+    from hopgym.envs.env_options import registered_id
+
+    imported = tmp_path / "imported"
+    (tmp_path / "planted_env.py").write_text(f"open({str(imported)!r}, 'w').close()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "run.json").write_text(json.dumps({"env": "planted_env:Planted-v0"}))
+    (run / "episodes.jsonl").write_text("")
+    assert paper_tables_for_run(run) is None
+    with pytest.raises(ConfigError, match="unknown env 'planted_env:Planted-v0'"):
+        rescore_run(run, tmp_path / "rescored")
+    assert not imported.exists()
+    with pytest.raises(ConfigError, match="unknown env 'planted_env:Planted-v0'"):
+        registered_id("planted_env:Planted-v0")  # named on the command line: imported (it registers none)
+    assert imported.exists()

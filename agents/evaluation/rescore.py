@@ -34,7 +34,7 @@ def _run_identity(folder: Path) -> dict[str, Any]:
     if not exists(folder / EPISODES_FILE) or identity is None:
         raise DataError(f"{folder} is not a run folder: it needs {EPISODES_FILE} and {RUN_FILE}")
     # ToolHop's scorers judge the saved messages: the run's env declares that they score it.
-    if not env_class(str(identity.get("env"))).rescorable:
+    if not env_class(str(identity.get("env")), import_module=False).rescorable:
         raise ConfigError(
             f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of ToolHop-v0 and the envs "
             "built on it (their class attribute rescorable)"

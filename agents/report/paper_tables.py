@@ -17,7 +17,7 @@ def paper_tables_for_run(out: Path) -> str | None:
     if run is None:
         return None
     try:
-        env = env_class(str(run.get("env")))
+        env = env_class(str(run.get("env")), import_module=False)  # a run folder imports no code
     except ConfigError:
         return None
     metrics = [record.metrics or {} for record in read_episodes(Path(out) / EPISODES_FILE)]
