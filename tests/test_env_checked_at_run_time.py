@@ -25,6 +25,7 @@ from hopgym.cli import main
 from hopgym.envs.chat import Score
 from hopgym.envs.env_checker import ContractChecker
 from hopgym.errors import ConfigError, ContractError, EnvServerError
+from tests.extras import require_extra
 from tests.test_env_declares import ENV_ID, RiddleEnv
 
 MODULE = "tests.test_env_checked_at_run_time"
@@ -118,7 +119,7 @@ def hopgym(*args: str) -> list[str]:
 
 
 def test_serve_env_refuses_to_start_an_env_broken_on_reset() -> None:
-    pytest.importorskip("openenv.core", reason="hopgym[serve] is not installed")
+    require_extra("openenv.core", "serve")  # skipped outside CI only
     refused = subprocess.run(
         hopgym("serve", "env", "--env", f"{MODULE}:LosesTurn-v0", "--port", "0"),
         capture_output=True,
@@ -130,7 +131,7 @@ def test_serve_env_refuses_to_start_an_env_broken_on_reset() -> None:
 
 
 def test_serve_env_answers_a_session_whose_env_broke_a_rule_with_the_rule_and_keeps_serving() -> None:
-    pytest.importorskip("openenv.core", reason="hopgym[serve] is not installed")
+    require_extra("openenv.core", "serve")  # skipped outside CI only
     import asyncio
 
     from hopgym.agents.adapters.openenv_client import HopgymEnvClient

@@ -27,6 +27,7 @@ from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn
 from hopgym.envs.env_options import env_class
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
+from tests.extras import require_extra
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "DoubleRiddle-v0"
@@ -181,7 +182,7 @@ def test_an_agent_for_another_first_turn_and_training_refuse_the_env_before_any_
 
 
 def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
-    pytest.importorskip("openenv.core", reason="hopgym[serve] is not installed")
+    require_extra("openenv.core", "serve")  # skipped outside CI only
     from hopgym.agents.adapters.openenv_client import HopgymEnvClient
     from hopgym.agents.adapters.openenv_types import HopgymAction
     from tests.test_serve_env import served_in_thread
@@ -204,7 +205,9 @@ def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
 
 
 def test_the_verifiers_adapter_reports_the_env_paper_metric() -> None:
-    vf = pytest.importorskip("verifiers", reason="hopgym[verifiers] is not installed")
+    require_extra("verifiers", "verifiers")  # skipped outside CI only
+    import verifiers as vf
+
     from hopgym.agents.adapters.verifiers_env import HopgymEnv
     from hopgym.agents.evaluation.rollouts import Rollouts
 
