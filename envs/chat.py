@@ -38,6 +38,8 @@ class Identified(Protocol):
 
 TaskT = TypeVar("TaskT", bound=Identified)
 RESET_OPTIONS = ("task_id", "index")
+STANDARD_TURN = "standard"
+"""The first-turn kind of an env whose first turn is a standard one: an assistant message the loop runs."""
 
 
 def env_sandbox(sandbox: str | Sandbox, options: Mapping[str, Any] | None) -> tuple[Sandbox, bool]:
@@ -222,6 +224,36 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
     split: Split | None = None
     """The side of :attr:`split_by` the env's tasks come from; None: every task."""
     split_by: str | None = None
+    rescorable: ClassVar[bool] = False
+    """Whether ToolHop's answer scorers and protocols judge its episodes from the saved messages, so that
+    ``hopgym rescore`` can judge a run of it again (ToolHop-v0 and the envs built on it)."""
+    runs_task_code: ClassVar[bool] = False
+    """Whether the tool code its calls run comes with the tasks a user brings (ToolTasks-v0's files), so a
+    server must run it where the files are isolated (``hopgym serve env``)."""
+
+    # -- what the env is: facts the other layers read instead of knowing envs ----------------------------
+    # Like OpenEnv's ``Environment.SUPPORTS_CONCURRENT_SESSIONS``; properties, as some depend on the kwargs.
+
+    @property
+    def first_turn(self) -> str:
+        """The kind of the episode's first turn: :data:`STANDARD_TURN`, or the name of a turn the env reads
+        its own way (:meth:`_special_turn`, e.g. FamilyTool's ``kg="extract"``: ``"kg-extraction"``). Only an
+        agent that writes this kind can play the env (``Agent.first_turn``), and training, whose completion
+        holds the whole episode, plays only the standard one."""
+        return STANDARD_TURN
+
+    @property
+    def paper_metrics(self) -> tuple[str, ...]:
+        """The keys of the terminal ``info["metrics"]`` that are the env's paper columns, each a per-task
+        value whose mean over tasks is the paper's figure (adapters report them as columns; ``counts`` are
+        dataset sums, never among them); ``()`` when it has none."""
+        return ()
+
+    @classmethod
+    def paper_tables(cls, metrics: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str | None:
+        """The run's results in its paper's table layouts (markdown), from each episode's terminal
+        ``metrics`` and the run's ``run.json``; None when the env's paper has none (reports print none)."""
+        return None
 
     def __init__(
         self, max_turns: int, feedback: FeedbackMode = "detailed", call_timeout: float | None = None

@@ -3,13 +3,17 @@
 
 It runs one short episode (a hallucinated tool and unparseable arguments, then a final answer) and raises
 :class:`~hopgym.errors.ContractError` naming the rule an observation, ``info`` or call record breaks.
+
+:class:`ContractChecker` runs the cheap part at run time, as Gymnasium's ``PassiveEnvChecker`` does: the
+rules of an env's first reset and first step, whatever the agent sent (``hopgym eval`` and
+``hopgym serve env`` wrap every env they make, unless the env kwargs hold :data:`DISABLE_ENV_CHECKER`).
 """
 
 from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import gymnasium as gym
@@ -27,7 +31,21 @@ TOOL_CHOICES = ("required", "auto", "none", None)
 UNKNOWN_TOOL = "check_chat_env_unknown_tool"
 FINAL_ANSWER = "check_chat_env final answer"
 
+DISABLE_ENV_CHECKER = "disable_env_checker"
+"""The env kwarg (Gymnasium's ``gym.make`` keyword) that turns the run-time checks off: ``--env-arg
+disable_env_checker=true`` or ``--disable-env-checker``."""
+
 Step = tuple[dict[str, Any], float, bool, bool, dict[str, Any]]
+
+
+def env_checker_option(env_kwargs: Mapping[str, Any]) -> tuple[bool, dict[str, Any]]:
+    """Whether the kwargs turn the run-time checks off (:data:`DISABLE_ENV_CHECKER`), and the env's own
+    kwargs without that key; :class:`ConfigError` unless its value is a bool."""
+    kwargs = dict(env_kwargs)
+    disabled = kwargs.pop(DISABLE_ENV_CHECKER, False)
+    if not isinstance(disabled, bool):
+        raise ConfigError(f"env kwarg {DISABLE_ENV_CHECKER} must be true or false, got {disabled!r}")
+    return disabled, kwargs
 
 
 def _require(condition: bool, rule: str, detail: str) -> None:
@@ -89,10 +107,9 @@ def check_call_record(record: Any, where: str) -> None:
     _require(isinstance(record["latency_ms"], (int, float)), rule, "latency_ms must be a number")
 
 
-def check_step(
-    env: gym.Env, result: Any, calls_sent: list[dict[str, Any]], before: Mapping[str, Any]
-) -> Step:
-    """Step rule: the 5-tuple, one record per call sent (same ids), counters advanced, terminal keys."""
+def check_step_result(env: gym.Env, result: Any, before: Mapping[str, Any]) -> Step:
+    """Step rules that hold whatever the action was: the 5-tuple, observation and info, the reward, each call
+    record, the counters advanced (by the records made), and the terminal keys."""
     _require(isinstance(result, tuple) and len(result) == 5, "step result", "must be a 5-tuple")
     observation, reward, terminated, truncated, info = result
     where = f"step {info.get('turn') if isinstance(info, Mapping) else '?'}"
@@ -104,25 +121,9 @@ def check_step(
     _require(
         isinstance(terminated, bool) and isinstance(truncated, bool), "step result", "flags must be bools"
     )
-    records = info["calls"]
-    _require(
-        len(records) == len(calls_sent),
-        "call records",
-        f"{len(calls_sent)} calls sent, {len(records)} recorded",
-    )
-    for record, call in zip(records, calls_sent, strict=True):
+    for record in info["calls"]:
         check_call_record(record, where)
-        _require(
-            record["id"] == call["id"],
-            "call records",
-            f"id {record['id']!r} is not the call's {call['id']!r}",
-        )
     _require(info["turn"] == before["turn"] + 1, "info keys", f"turn must count steps: {info['turn']!r}")
-    _require(
-        info["num_calls"] == before["num_calls"] + len(calls_sent),
-        "info keys",
-        f"num_calls must count calls: {before['num_calls']} + {len(calls_sent)} != {info['num_calls']}",
-    )
     if terminated:
         missing = [key for key in TERMINAL_INFO_KEYS if key not in info]
         _require(not missing, "terminal info keys", f"missing {missing}")
@@ -134,7 +135,33 @@ def check_step(
             "terminal info keys",
             "metrics values must be numbers or None (summaries average them); integer counts go under counts",
         )
-    elif records:
+    return observation, reward, terminated, truncated, info
+
+
+def check_step(
+    env: gym.Env, result: Any, calls_sent: list[dict[str, Any]], before: Mapping[str, Any]
+) -> Step:
+    """Step rule: :func:`check_step_result`, and for a standard turn one record per call sent (same ids),
+    ``num_calls`` counting them, each shown as its tool message."""
+    observation, reward, terminated, truncated, info = check_step_result(env, result, before)
+    records = info["calls"]
+    _require(
+        len(records) == len(calls_sent),
+        "call records",
+        f"{len(calls_sent)} calls sent, {len(records)} recorded",
+    )
+    for record, call in zip(records, calls_sent, strict=True):
+        _require(
+            record["id"] == call["id"],
+            "call records",
+            f"id {record['id']!r} is not the call's {call['id']!r}",
+        )
+    _require(
+        info["num_calls"] == before["num_calls"] + len(calls_sent),
+        "info keys",
+        f"num_calls must count calls: {before['num_calls']} + {len(calls_sent)} != {info['num_calls']}",
+    )
+    if records and not terminated:
         shown = observation["messages"][-len(records) :]
         for record, message in zip(records, shown, strict=True):
             _require(
@@ -157,12 +184,19 @@ def _probe_calls(tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
-def check_reset(env: gym.Env) -> tuple[dict[str, Any], dict[str, Any]]:
-    """Reset rule: ``options={"index"}`` and ``{"task_id"}`` name the same task; unknown options raise."""
-    observation, info = env.reset(options={"index": 0})
+def check_reset_result(env: gym.Env, result: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The rules of what a reset returns: observation, info, no calls and turn 0."""
+    _require(isinstance(result, tuple) and len(result) == 2, "reset result", "must be (observation, info)")
+    observation, info = result
     check_observation(env, observation, "reset")
     check_info(info, "reset")
     _require(info["calls"] == [] and info["turn"] == 0, "info keys (reset)", "a reset has no calls, turn 0")
+    return observation, info
+
+
+def check_reset(env: gym.Env) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Reset rule: ``options={"index"}`` and ``{"task_id"}`` name the same task; unknown options raise."""
+    observation, info = check_reset_result(env, env.reset(options={"index": 0}))
     try:
         env.reset(options={"check_chat_env": 0})
     except ConfigError:
@@ -202,3 +236,54 @@ def check_chat_env(env: gym.Env) -> None:
         pass
     else:
         raise ContractError("termination: step() after the episode ended must raise (docs/contracts.md)")
+
+
+class ContractChecker(gym.Wrapper[dict[str, Any], Any, dict[str, Any], Any]):
+    """The contract's cheap rules on an env's first reset and first step, at run time (Gymnasium's
+    ``PassiveEnvChecker``): a third-party env, or a task file whose tools misbehave, fails with
+    :class:`ContractError` naming the env id and the rule, not as odd records or summaries later. An env
+    that broke a rule raises that error on every later reset and step (its episodes fail, none is recorded
+    as played); one that kept them passes through unchecked after its first step."""
+
+    def __init__(self, env: gym.Env, env_id: str) -> None:
+        super().__init__(env)
+        self.env_id = env_id
+        self._before: Mapping[str, Any] | None = None
+        """The info of the latest reset, until the first step is checked against it; then None."""
+        self._checked_reset = False
+        self._broken: str | None = None
+        """The message of the rule the env broke, if it broke one."""
+
+    def reset(self, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        self._refuse_if_broken()
+        result = self.env.reset(**kwargs)
+        if not self._checked_reset:
+            self._checked_reset = True
+            self._check(check_reset_result, result)
+            self._before = result[1]
+        elif self._before is not None:
+            self._before = result[1]
+        return result
+
+    def step(self, action: Any) -> Step:
+        self._refuse_if_broken()
+        result = self.env.step(action)
+        if self._before is not None:
+            before, self._before = self._before, None
+            self._check(check_step_result, result, before)
+        return result  # type: ignore[return-value]
+
+    def _check(self, check: Callable[..., Any], result: Any, *args: Any) -> None:
+        """``check(env, result, ...)``; a broken rule is kept and raised naming this env's id."""
+        try:
+            check(self.env, result, *args)
+        except ContractError as exc:
+            self._broken = (
+                f"env {self.env_id} breaks the env contract, {exc}; {DISABLE_ENV_CHECKER}=true (Gymnasium's "
+                "opt-out) skips these run-time checks"
+            )
+            raise ContractError(self._broken) from None
+
+    def _refuse_if_broken(self) -> None:
+        if self._broken is not None:
+            raise ContractError(self._broken)

@@ -20,7 +20,7 @@ from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.agents.policies.kgetool.agent import KGEToolAgent
 from hopgym.agents.policies.registry import agent_factory
-from hopgym.agents.report.familytool_tables import familytool_tables_for_run
+from hopgym.agents.report.paper_tables import paper_tables_for_run
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 
@@ -114,7 +114,8 @@ def test_each_extraction_mode_end_to_end(tmp_path: Path, mode: str) -> None:
     keys = ("kg_em", "kg_f1", "kg_no_hallucination", "kg_coverage", "kg_format_error")
     assert tuple(metrics[key] for key in keys) == pytest.approx(KG_METRICS[mode])
     assert summary["kg_em"] == pytest.approx(KG_METRICS[mode][0])
-    tables = familytool_tables_for_run(tmp_path / "run")
+    tables = paper_tables_for_run(tmp_path / "run")
+    assert tables is not None
     label = {"exact": "Exact", "greedy": "GS", "retrieval": "RR"}[mode]
     assert (
         f"| openai/scripted | {label} | {' | '.join(f'{100 * v:.2f}' for v in KG_METRICS[mode])} |" in tables
@@ -156,7 +157,9 @@ def test_extraction_options_belong_to_the_env_only() -> None:
 
 
 def test_the_agent_and_the_extract_mode_need_each_other_before_any_run(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=r"--agent kgetool writes a KG extraction turn .* kg=extract"):
+    with pytest.raises(
+        ConfigError, match=r"--agent kgetool writes a 'kg-extraction' first turn.* 'standard'"
+    ):
         run_row(tmp_path, scripted(SEARCH, GOLD_CALL), {"kg": "none"})
     with ScriptedModelServer(scripted(SEARCH, GOLD_CALL)) as server:
         for env, kwargs, agent in (("ToolHop-v0", {}, "kgetool"), ("FamilyTool-v0", {"kg": "extract"}, "fc")):
@@ -168,7 +171,7 @@ def test_the_agent_and_the_extract_mode_need_each_other_before_any_run(tmp_path:
                 agent=agent,
                 progress=False,
             )
-            with pytest.raises(ConfigError, match="kg=extract"):
+            with pytest.raises(ConfigError, match=rf"--agent {agent} writes .* reads its first turn as"):
                 EvalRun(config).run()
             assert not config.out.exists()
         assert server.requests == []

@@ -407,15 +407,18 @@ def test_a_session_past_the_cap_is_refused_with_a_message(server: tuple[str, sub
 
 
 @contextlib.contextmanager
-def served_in_thread(api_key: str) -> Iterator[str]:
-    """The env app with an API key on a uvicorn server in a thread of this process (on 127.0.0.1)."""
+def served_in_thread(
+    api_key: str, env_id: str = "ToolHop-v0", env_kwargs: Mapping[str, Any] | None = None
+) -> Iterator[str]:
+    """The app serving ``env_id`` with an API key on a uvicorn server in a thread of this process (on
+    127.0.0.1)."""
     import threading
 
     import uvicorn
 
     from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
 
-    served = ServedEnv("ToolHop-v0", {}, 1)
+    served = ServedEnv(env_id, dict(env_kwargs or {}), 1)
     listener = socket.create_server(("127.0.0.1", 0))
     server = uvicorn.Server(uvicorn.Config(env_app(served, api_key), log_level="error"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)

@@ -522,7 +522,7 @@ def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
     rollouts.shutdown()
     assert "CartPole-v1" in str(refused.value) and "native tool calls" in str(refused.value)
     extracting = Rollouts("FamilyTool-v0", {"kg": "extract"}, concurrency=1)
-    with pytest.raises(ConfigError, match="kg='extract' rewrites the query"):  # a special first turn
+    with pytest.raises(ConfigError, match="reads its first turn as 'kg-extraction'"):  # a special first turn
         HopgymRollout(extracting, tokenizer=None)
     extracting.shutdown()
 

@@ -43,7 +43,7 @@ from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.agents.model.reply_parser import parse_reply
 from hopgym.agents.policies.text_calls import with_text_calls
 from hopgym.envs.calls import CallRecord
-from hopgym.envs.chat import chat_env, checked_action
+from hopgym.envs.chat import STANDARD_TURN, chat_env, checked_action
 from hopgym.envs.outcome import NOT_ENDED, Outcome, OutcomeFields
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
 from hopgym.train.dataset import task_of_prompt
@@ -121,10 +121,11 @@ def check_env(env: gym.Env, env_id: str) -> None:
         inner = chat_env(env)
     except ConfigError as exc:
         raise ConfigError(f"hopgym train plays {PROTOCOL} on hopgym's chat envs; {env_id}: {exc}") from None
-    if getattr(inner, "kg_mode", None) == "extract":
+    if inner.first_turn != STANDARD_TURN:
         raise ConfigError(
-            f"hopgym train plays {PROTOCOL}; {env_id} with kg='extract' rewrites the query after the first "
-            "reply (KGETool's extraction turn), which a completion cannot hold: use another kg mode"
+            f"hopgym train plays {PROTOCOL}; {env_id} with these env kwargs reads its first turn as "
+            f"{inner.first_turn!r}, its own turn that may rewrite the episode's messages, which a completion "
+            f"cannot hold: use env kwargs whose first turn is {STANDARD_TURN!r}"
         )
 
 

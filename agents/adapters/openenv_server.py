@@ -58,7 +58,6 @@ from hopgym.agents.adapters.openenv_types import (
 )
 from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.envs.chat import chat_env
-from hopgym.envs.tooltasks.env import ToolTasksEnv
 from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
 
 ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
@@ -92,12 +91,12 @@ class ServedEnv:
 
     def check(self) -> str:
         """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
-        server listens (unknown ids and kwargs: ``check_env_options``), and so does ToolTasks-v0 where the
-        sandbox does not isolate the files, unless allowed. Returns the sandbox isolation."""
+        server listens (unknown ids and kwargs: ``check_env_options``), and so does an env that runs the
+        tasks' own tool code (``runs_task_code``: ToolTasks-v0) where the sandbox does not isolate the
+        files, unless allowed. Returns the sandbox isolation."""
         env = make_env(self.env_id, self.env_kwargs)
         try:
-            tool_files = isinstance(chat_env(env), ToolTasksEnv)
-            if tool_files and not self.allow_unisolated_code and not isolates_files(env):
+            if chat_env(env).runs_task_code and not self.allow_unisolated_code and not isolates_files(env):
                 raise ConfigError(
                     f"{self.env_id} runs its tool files in a sandbox that does not isolate the files "
                     f"(isolation 'none'): that code would read the data and whatever else the server's user "

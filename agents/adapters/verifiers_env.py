@@ -8,9 +8,9 @@ turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose 
 response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
 answer correctness, ToolHop's query-level columns (invocation error, tool hallucination, parameter
 hallucination, parameter missing: each 0 or 1 per rollout, so that their mean is the paper's figure), and
-the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: FamilyTool's EM,
-Tool Acc, Value Acc and, with ``kg="extract"``, the KG extraction columns; KGTool's precision, recall, F1,
-hits@1). A value the env reports as not applicable (None), or an episode that ended unscored, counts 0.
+the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: those the env
+declares, e.g. FamilyTool's EM, Tool Acc and Value Acc, KGTool's hits@1). A value the env reports as not
+applicable (None), or an episode that ended unscored, counts 0.
 
 vf-eval imports an environment by module name: ``vf-eval hopgym.agents.adapters.verifiers_env -a
 '{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).

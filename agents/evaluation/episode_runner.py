@@ -20,7 +20,7 @@ from hopgym.agents.evaluation.rollouts import Rollout, Rollouts, RolloutsFactory
 from hopgym.agents.evaluation.training_record import TrainingStage
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
-from hopgym.agents.policies.registry import agent_factory, check_agent_for_env
+from hopgym.agents.policies.registry import agent_factory
 
 
 @dataclass(frozen=True)
@@ -103,7 +103,6 @@ class EpisodeRunner:
             if seed not in clients:
                 clients[seed] = ModelClient(model)
             self._make_agent.append(agent_factory(config.agent, clients[seed], config.agent_options))
-        check_agent_for_env(config.agent, config.env_id, config.env_kwargs)
         self.rollouts = config.make_rollouts(config.env_id, config.env_kwargs, concurrency)
 
     def make_env(self) -> gym.Env:

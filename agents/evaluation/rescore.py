@@ -24,7 +24,6 @@ from hopgym.agents.evaluation.records import (
 from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import write_summary_files
 from hopgym.envs.env_options import env_class
-from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.envs.toolhop.protocols import get_protocol
 from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.errors import ConfigError, DataError
@@ -34,11 +33,11 @@ def _run_identity(folder: Path) -> dict[str, Any]:
     identity = read_json(folder / RUN_FILE)
     if not exists(folder / EPISODES_FILE) or identity is None:
         raise DataError(f"{folder} is not a run folder: it needs {EPISODES_FILE} and {RUN_FILE}")
-    # ToolHop's scorers judge the saved messages: the run's env is ToolHop-v0 or an env built on it.
-    if not issubclass(env_class(str(identity.get("env"))), ToolHopEnv):
+    # ToolHop's scorers judge the saved messages: the run's env declares that they score it.
+    if not env_class(str(identity.get("env")), import_module=False).rescorable:
         raise ConfigError(
             f"{folder} ran {identity.get('env')!r}; rescore knows the scorers of ToolHop-v0 and the envs "
-            "built on it"
+            "built on it (their class attribute rescorable)"
         )
     return identity
 

@@ -32,6 +32,7 @@ import gymnasium as gym
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.envs.chat import chat_env
+from hopgym.envs.env_checker import ContractChecker, env_checker_option
 from hopgym.envs.outcome import Outcome
 from hopgym.errors import ActionError, ConfigError, ErrorDetail, ModelError, error_detail, error_text
 
@@ -50,9 +51,13 @@ _ENV_CREATION = threading.Lock()
 
 
 def make_env(env_id: str, env_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
-    """``gym.make(env_id, **env_kwargs)``, safe to call from any thread (see :data:`_ENV_CREATION`)."""
+    """``gym.make(env_id, **env_kwargs)``, safe to call from any thread (see :data:`_ENV_CREATION`), its
+    first reset and step checked against the env contract (:class:`ContractChecker`) unless the kwargs
+    hold ``disable_env_checker=True``, which also turns off Gymnasium's own checker."""
+    disabled, kwargs = env_checker_option(env_kwargs or {})
     with _ENV_CREATION:
-        return gym.make(env_id, **dict(env_kwargs or {}))
+        env = gym.make(env_id, disable_env_checker=disabled or None, **kwargs)
+    return env if disabled else ContractChecker(env, env_id)
 
 
 @dataclass

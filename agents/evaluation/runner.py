@@ -53,6 +53,7 @@ from hopgym.agents.evaluation.records import (
 from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.evaluation.training_record import overlap_warning
+from hopgym.agents.policies.registry import check_agent_for_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ConfigError, one_line
@@ -181,6 +182,7 @@ class EvalRun:
     def _run_in_folder(self) -> dict[str, Any]:
         first_env = self._runner.make_env()
         try:
+            check_agent_for_env(self.config.agent, self.config.env_id, chat_env(first_env))
             selected = self._select(chat_env(first_env).tasks)
             warning = overlap_warning(self.config.training, self.config.env_id, {s[1] for s in selected})
             self._warnings = [warning] if warning else []

@@ -21,10 +21,6 @@ from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task
 from hopgym.agents.model.cost import token_cost
 from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
-from hopgym.envs.familytool.env import FamilyToolEnv
-from hopgym.envs.familytool.metrics import KG_KEYS, TOOL_KEYS
-from hopgym.envs.kgtool.env import METRICS as KGTOOL_METRICS
-from hopgym.envs.kgtool.env import KGToolEnv
 from hopgym.envs.toolhop.metrics import table4_metrics
 
 # (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num"
@@ -70,13 +66,9 @@ def episode_values(record: EpisodeRecord) -> dict[str, float]:
 
 
 def paper_metrics(env: gym.Env) -> tuple[str, ...]:
-    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns."""
-    inner = chat_env(env)
-    if isinstance(inner, FamilyToolEnv):
-        return (*TOOL_KEYS, *(KG_KEYS if inner.kg_mode == "extract" else ()))
-    if isinstance(inner, KGToolEnv):
-        return KGTOOL_METRICS
-    return ()
+    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns, as the env
+    declares them (``ChatToolEnv.paper_metrics``)."""
+    return tuple(chat_env(env).paper_metrics)
 
 
 def table4(records: Iterable[EpisodeRecord]) -> dict[str, Any]:

@@ -11,9 +11,10 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 from hopgym.agents.model.client import ModelClient, ModelReply, Usage
+from hopgym.envs.chat import STANDARD_TURN
 from hopgym.model_text import valid_unicode
 
 Action = dict[str, Any] | str
@@ -60,9 +61,9 @@ class Agent(ABC):
     """One episode's policy over a model."""
 
     name: str
-    writes_kg_extraction = False
-    """Whether its first turn is FamilyTool's KG extraction text (``FamilyTool-v0`` with ``kg="extract"``
-    takes the first turn as that, and only such an agent writes it)."""
+    first_turn: ClassVar[str] = STANDARD_TURN
+    """The kind of first turn it writes; it plays only envs whose ``first_turn`` is that kind (the registry
+    checks before a run)."""
 
     def __init__(self, client: ModelClient) -> None:
         self.client = client

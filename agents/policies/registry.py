@@ -12,8 +12,7 @@ from hopgym.agents.policies.direct import DirectAgent
 from hopgym.agents.policies.fc import FunctionCallingAgent
 from hopgym.agents.policies.kgetool.agent import KGEToolAgent
 from hopgym.agents.policies.react import ReActAgent
-from hopgym.envs.env_options import env_class
-from hopgym.envs.familytool.env import FamilyToolEnv
+from hopgym.envs.chat import ChatToolEnv
 from hopgym.errors import ConfigError
 from hopgym.options import check_keywords
 
@@ -22,19 +21,16 @@ AGENTS: dict[str, type[Agent]] = {
 }
 
 
-def check_agent_for_env(name: str, env_id: str, env_kwargs: Mapping[str, Any]) -> None:
-    """Refuse an agent and env that disagree on who writes FamilyTool's KG extraction turn, before any
-    run (each episode would fail, or score 100% format errors)."""
-    extracting = issubclass(env_class(env_id), FamilyToolEnv) and env_kwargs.get("kg") == "extract"
-    if AGENTS[name].writes_kg_extraction and not extracting:
+def check_agent_for_env(name: str, env_id: str, env: ChatToolEnv[Any]) -> None:
+    """Refuse an agent and env that disagree on the episode's first turn (``Agent.first_turn`` against the
+    env's ``first_turn``), before any run: each episode would fail, or score 100% format errors."""
+    writes, reads = AGENTS[name].first_turn, env.first_turn
+    if writes != reads:
+        fitting = ", ".join(sorted(agent for agent, cls in AGENTS.items() if cls.first_turn == reads))
         raise ConfigError(
-            f"--agent {name} writes a KG extraction turn first: run it on FamilyTool-v0 with "
-            "--env-arg kg=extract"
-        )
-    if extracting and not AGENTS[name].writes_kg_extraction:
-        raise ConfigError(
-            f"FamilyTool-v0 with kg=extract reads the first turn as KG extraction text, which --agent {name} "
-            "does not write: use --agent kgetool, or another kg mode (gold, none, full, tools)"
+            f"--agent {name} writes a {writes!r} first turn, but {env_id} with these env kwargs reads its "
+            f"first turn as {reads!r}: use an agent that writes it ({fitting or 'none is registered'}), "
+            "or env kwargs whose first turn is the agent's"
         )
 
 

@@ -19,8 +19,15 @@ from typing import Any, Literal, get_args
 
 from hopgym.envs.calls import CallRecord, CallRequest, new_call_record
 from hopgym.envs.chat import ChatToolEnv, EpisodeStart, Score, SpecialTurn, assistant_message
-from hopgym.envs.familytool.metrics import extraction_metrics, predicted_calls, tool_use_metrics
+from hopgym.envs.familytool.metrics import (
+    KG_KEYS,
+    TOOL_KEYS,
+    extraction_metrics,
+    predicted_calls,
+    tool_use_metrics,
+)
 from hopgym.envs.familytool.prompts import FAMILYTOOL
+from hopgym.envs.familytool.tables import familytool_tables
 from hopgym.envs.feedback import FeedbackMode, validation_text
 from hopgym.envs.kg_tool_runtime import KGToolRuntime
 from hopgym.envs.validation import STATUS_ORDER
@@ -51,6 +58,8 @@ from hopgym.tasks.splits import Split
 
 KgMode = Literal["gold", "none", "full", "tools", "extract"]
 KG_MODES: tuple[KgMode, ...] = get_args(KgMode)
+KG_EXTRACTION_TURN = "kg-extraction"
+"""The first-turn kind with ``kg="extract"``: KGETool's ``KG.search(...)`` text, run on the live KG."""
 
 SYSTEM_PROMPT = FAMILYTOOL["system"]
 TOOLS_PROMPT = " " + FAMILYTOOL["kg_tools"]
@@ -166,6 +175,19 @@ class FamilyToolEnv(ChatToolEnv[FamilyToolTask]):
             tools,
             [{"role": "system", "content": system}, {"role": "user", "content": self._user_text(task)}],
         )
+
+    @property
+    def first_turn(self) -> str:
+        return KG_EXTRACTION_TURN if self.kg_mode == "extract" else super().first_turn
+
+    @property
+    def paper_metrics(self) -> tuple[str, ...]:
+        """The paper's tool-use columns, and with ``kg="extract"`` its KG extraction columns (Table 3)."""
+        return (*TOOL_KEYS, *(KG_KEYS if self.kg_mode == "extract" else ()))
+
+    @classmethod
+    def paper_tables(cls, metrics: Sequence[Mapping[str, Any]], run: Mapping[str, Any]) -> str | None:
+        return familytool_tables(metrics, run)
 
     def _user_text(self, task: FamilyToolTask) -> str:
         if self.kg_mode == "gold":

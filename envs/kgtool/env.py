@@ -66,6 +66,7 @@ class KGToolEnv(ChatToolEnv[KG2ToolTask]):
 
     contract_cases = ({"kg": "family-e", "patterns": "1p,2i", "n": 1, "seed": 0},)
     split_rules = KG_SPLIT_RULES
+    paper_metrics = METRICS  # a fact that holds for every kwarg: a class attribute
 
     def __init__(
         self,

@@ -43,6 +43,7 @@ class ToolHopEnv(ChatToolEnv[Task]):
     _NO_SANDBOX = "none (no tools offered)"
     contract_cases = ({"scenario": "mandatory"}, {"scenario": "direct"})
     split_rules = ("task-id",)
+    rescorable = True
 
     def __init__(
         self,

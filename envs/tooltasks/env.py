@@ -23,6 +23,7 @@ class ToolTasksEnv(ToolHopEnv):
     Its split rule is ``file``: a row's ``split`` field says its side; a row without one is in neither."""
 
     split_rules = ("file",)
+    runs_task_code = True
 
     def _load_tasks(self, data_path: str | os.PathLike[str] | None) -> tuple[list[Task], list[Path]]:
         path = Path(data_path) if data_path is not None else EXAMPLE

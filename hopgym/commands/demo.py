@@ -64,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
                 records.append(run_episode(env, index))
                 progress.advance(bar)
         sandbox = chat_env(env).sandbox
-        assert sandbox is not None  # ToolHopEnv makes its sandbox when made and drops it in close()
+        assert sandbox is not None  # the env makes its sandbox when made and drops it in close()
         isolation = sandbox.isolation
     finally:
         env.close()

@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from typing import Any
 
+from hopgym.envs.env_checker import DISABLE_ENV_CHECKER
 from hopgym.errors import ConfigError
 
 
@@ -32,6 +33,12 @@ def add_env_arguments(parser: argparse.ArgumentParser, default_env: str = "ToolH
     parser.add_argument("--feedback", help="detailed | minimal (passed to the env)")
     parser.add_argument("--data", help="dataset file, passed to the env as data_path")
     parser.add_argument("--env-arg", action="append", metavar="KEY=VALUE", help="any other env kwarg")
+    parser.add_argument(
+        "--disable-env-checker",
+        action="store_true",
+        help="skip the env contract checks on each env's first reset and step (the env kwarg "
+        "disable_env_checker=true, as in gymnasium.make)",
+    )
 
 
 def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
@@ -40,6 +47,8 @@ def env_kwargs_from(args: argparse.Namespace) -> dict[str, Any]:
     for key, value in (("data_path", args.data), ("scenario", args.scenario), ("feedback", args.feedback)):
         if value is not None:
             kwargs[key] = value
+    if args.disable_env_checker:
+        kwargs[DISABLE_ENV_CHECKER] = True
     return kwargs
 
 

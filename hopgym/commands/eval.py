@@ -34,7 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.runner import EvalRun, run_verdict
     from hopgym.agents.evaluation.summary import markdown_table, run_title
     from hopgym.agents.evaluation.tracking import Tracker, log_run
-    from hopgym.agents.report.familytool_tables import familytool_tables_for_run
+    from hopgym.agents.report.paper_tables import paper_tables_for_run
 
     trackers = [Tracker.parse(spec) for spec in args.track]
     for tracker in trackers:  # before the run: a missing library must not cost the run
@@ -46,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     print(markdown_table({config.agent: summary}))
     for warning in summary.get("warnings", ()):
         print(f"hopgym: warning: {warning}", file=sys.stderr)
-    tables = familytool_tables_for_run(config.out)  # the paper's Tables 3 and 4/5 for FamilyTool runs
+    tables = paper_tables_for_run(config.out)  # the env's paper layouts (FamilyTool's Tables 3 and 4/5)
     if tables:
         print(f"\n{tables}")
     for line in log_run(config.out, trackers):

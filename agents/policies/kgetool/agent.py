@@ -25,6 +25,7 @@ from hopgym.agents.model.client import ModelClient
 from hopgym.agents.policies.base import Action, Agent, AgentStats, Observation
 from hopgym.agents.policies.kgetool.path_prompt import EXTRACTION_STOP, extraction_messages
 from hopgym.agents.policies.kgetool.replies import parse_hermes_tool_calls, reply_text
+from hopgym.envs.familytool.env import KG_EXTRACTION_TURN
 from hopgym.errors import ConfigError
 
 RELATIONS_KEY = "relations"
@@ -53,7 +54,7 @@ class KGEToolAgent(Agent):
     """KGETool over any model; options are the CLI's ``--agent-arg`` values."""
 
     name = "kgetool"
-    writes_kg_extraction = True
+    first_turn = KG_EXTRACTION_TURN
 
     def __init__(
         self,
