@@ -8,7 +8,7 @@ import signal
 import sys
 import threading
 
-from hopgym.errors import HopgymError, one_line
+from hopgym.errors import HopgymError, error_text, one_line
 
 # Each module defines ``register(subparsers)`` adding its subcommand with ``set_defaults(func=...)``.
 COMMAND_MODULES = (
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # a bug, or a library's error we did not foresee: still one line
         if args.debug:
             raise
-        cause = one_line(f"{type(exc).__name__}: {exc}", limit=2000)
+        cause = one_line(error_text(exc), limit=2000)
         print(f"hopgym: error: {cause} (--debug shows the traceback)", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

@@ -29,7 +29,7 @@ from referencing import Registry
 from referencing.exceptions import NoSuchResource, Unresolvable
 from referencing.jsonschema import DRAFT202012
 
-from hopgym.errors import DataError
+from hopgym.errors import DataError, error_text
 from hopgym.tasks.schema_accept import Accept, acceptor, holds_key
 
 MAX_SCHEMA_BYTES = 64 * 1024
@@ -167,7 +167,7 @@ def check_tool_schema(schema: Any, origin: str) -> None:
     try:
         text = json.dumps(schema, sort_keys=True)
     except (TypeError, ValueError, RecursionError) as exc:
-        raise DataError(f"{origin}: the parameters schema is not JSON ({type(exc).__name__}: {exc})") from exc
+        raise DataError(f"{origin}: the parameters schema is not JSON ({error_text(exc)})") from exc
     if len(text) > MAX_SCHEMA_BYTES:
         raise DataError(
             f"{origin}: the parameters schema is {len(text)} bytes of JSON; "

@@ -20,7 +20,7 @@ from jsonschema import Draft202012Validator, SchemaError
 from hopgym.envs.feedback import is_error_value, render_value
 from hopgym.envs.toolhop.scoring import normalized_match
 from hopgym.envs.validation import ToolValidator
-from hopgym.errors import DataError
+from hopgym.errors import DataError, error_text
 from hopgym.model_text import SPACE as S
 from hopgym.model_text import linear, outermost_braces, parsed_text, valid_unicode
 from hopgym.sandbox.base import CallResult, Sandbox
@@ -163,7 +163,7 @@ def check_signature(code: str, document: Mapping[str, Any]) -> list[str]:
     except DataError as exc:
         return [str(exc)]
     except (ValueError, RecursionError, MemoryError) as exc:  # e.g. null bytes in the source
-        return [f"the code of {name} cannot be parsed: {type(exc).__name__}: {exc}"]
+        return [f"the code of {name} cannot be parsed: {error_text(exc)}"]
     node = _function_node(code, name)
     if node is None:
         return [f"the code defines no top-level function named {name!r}"]

@@ -37,7 +37,7 @@ from hopgym.agents.evaluation.records import check_resumable
 from hopgym.agents.evaluation.run_folder import RecordWriter, read_records, write_json
 from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
-from hopgym.errors import ConfigError
+from hopgym.errors import ConfigError, error_text
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.toolhop.construction_rows import QueryRow
 
@@ -213,7 +213,7 @@ class ToolConstructor:
                 if not tool.passed:
                     break
         except Exception as exc:
-            record.error = f"{type(exc).__name__}: {exc}"
+            record.error = error_text(exc)
         return record
 
 
@@ -367,7 +367,7 @@ def _row_problem(record: dict[str, Any]) -> str | None:
     try:
         RowRecord.from_dict(record)
     except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        return f"not a row record ({type(exc).__name__}: {exc})"
+        return f"not a row record ({error_text(exc)})"
     return None
 
 

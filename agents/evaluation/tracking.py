@@ -31,7 +31,7 @@ from hopgym.agents.evaluation.records import (
 )
 from hopgym.agents.evaluation.run_folder import read_document, read_json
 from hopgym.agents.evaluation.summary import episode_values
-from hopgym.errors import ConfigError, DataError, TrackingError
+from hopgym.errors import ConfigError, DataError, TrackingError, error_text
 
 TRACKERS = ("mlflow", "wandb")
 """Each tracker's name is the module it needs (both in the ``tracking`` extra)."""
@@ -148,7 +148,7 @@ def log_run(folder: Path, trackers: Sequence[Tracker]) -> list[str]:
             raise
         except Exception as exc:  # the library's own errors: the run folder is complete all the same
             raise TrackingError(
-                f"{tracker.name} could not log {folder} ({type(exc).__name__}: {exc}); the run folder is "
+                f"{tracker.name} could not log {folder} ({error_text(exc)}); the run folder is "
                 "complete: the same command with --resume logs it without running an episode again"
             ) from exc
     return lines

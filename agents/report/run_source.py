@@ -19,7 +19,7 @@ from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILES, EpisodeRe
 from hopgym.agents.evaluation.run_folder import open_in_folder
 from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report.markdown import Run, load_run
-from hopgym.errors import HopgymError, one_line
+from hopgym.errors import HopgymError, error_text, one_line
 
 OUTLINE_TEXT_LIMIT = 200
 
@@ -98,7 +98,7 @@ class RunSource:
         try:
             run = self.run()
         except Exception as exc:
-            why = one_line(str(exc) if isinstance(exc, HopgymError) else f"{type(exc).__name__}: {exc}")
+            why = one_line(str(exc) if isinstance(exc, HopgymError) else error_text(exc))
             return {
                 "name": self.name,
                 "folder": str(self.folder),

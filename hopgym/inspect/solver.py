@@ -20,7 +20,7 @@ from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from hopgym.agents.evaluation.episode_runner import episode_record
 from hopgym.agents.evaluation.rollouts import Rollouts
-from hopgym.errors import HopgymError, ModelError
+from hopgym.errors import HopgymError, ModelError, error_text
 from hopgym.inspect.messages import action_of, chat_message, tool_choice, tool_info
 from hopgym.inspect.provider import NO_TOOL_CHOICE
 
@@ -88,7 +88,7 @@ def play_episode(pool: EnvPool, seed: int = 0) -> Solver:
                 )
             except Exception as exc:  # the env is fine: it goes back to the pool (a ModelError)
                 raised.append(exc)
-                raise ModelError(f"{type(exc).__name__}: {exc}") from exc
+                raise ModelError(error_text(exc)) from exc
             finally:
                 NO_TOOL_CHOICE.reset(token)
             return action_of(state.output.message, bool(tools))

@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from hopgym.errors import DataError, DownloadError
+from hopgym.errors import DataError, DownloadError, error_text
 from hopgym.tasks.data_files import data_cache_root
 from hopgym.tasks.user_files import open_user_file
 
@@ -81,7 +81,7 @@ def download_hub_file(filename: str, destination: Path, expected_sha256: str, hi
     except Exception as exc:  # the hub client raises many unrelated types (HTTP, OS, validation)
         raise DownloadError(
             f"could not download {filename} from the Hugging Face dataset {HUB_REPO_ID} "
-            f"({type(exc).__name__}: {exc}); {hint}"
+            f"({error_text(exc)}); {hint}"
         ) from exc
     digest = sha256_of(downloaded)
     if digest != expected_sha256:
