@@ -430,10 +430,11 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
     def _score(self, message: Mapping[str, Any]) -> Score:
         """How the episode that ``message`` ended scored."""
 
-    @abstractmethod
     def gold_answer(self, task: TaskT) -> Any:
         """The gold answer of ``task`` as the terminal ``info["answer"]`` gives it: public so that an outside
-        harness (an Inspect sample's target) can name it before an episode is played."""
+        harness (an Inspect sample's target) can name it before an episode is played. None: not known before
+        the episode (the default; the env's own scoring does not use it)."""
+        return None
 
     def _run_call(self, call: CallRequest) -> CallRecord:
         """Validate one call, execute it (:meth:`_execute`) when valid, and return its record."""

@@ -29,8 +29,10 @@ from hopgym.inspect.solver import EnvPool, play_episode
 
 
 def target_text(answer: Any) -> str:
-    """A gold answer as Inspect's target: a string as it is, anything else (FamilyTool's call, KGTool's
-    answer set) as its JSON."""
+    """A gold answer as Inspect's target: a string as it is, none (an env that does not name it) as no
+    target, anything else (FamilyTool's call, KGTool's answer set) as its JSON."""
+    if answer is None:
+        return ""
     return answer if isinstance(answer, str) else json.dumps(answer, sort_keys=True)
 
 
