@@ -1,5 +1,5 @@
 """A batch of episodes (a GRPO step's env share, the model's turns scripted) in process against through 1 and
-2 ``hopgym serve env`` servers (``--env-url``: ``hopgym.agents.adapters.remote_rollouts``).
+2 ``hopgym serve env`` servers (``--env-url``: ``hopgym.serving.remote_rollouts``).
 
 Run: ``HOPGYM_DATA=../shared/data .venv/bin/python benchmarks/bench_env_servers.py [--episodes 64]
 [--concurrency 8] [--turns 2] [--rounds 3]`` (needs ``hopgym[serve]``). Prints one JSON object: for each side
@@ -27,8 +27,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import percentile
 from bench_serve import ENV_KWARGS, action, hopgym_server, serve, stop
 
-from hopgym.agents.adapters.remote_rollouts import on_servers
-from hopgym.agents.evaluation.rollouts import Rollouts, RolloutsFactory
+from hopgym.serving.remote_rollouts import on_servers
+from hopgym.serving.rollouts import Rollouts, RolloutsFactory
 
 
 async def batch(

@@ -50,13 +50,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _timing import percentile, report, warm_call_latencies
 from bench_env import warm_step_latencies
 
-from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
-from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.agents.model.scripted_server import placeholder_arguments
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.messages import tool_call
 from hopgym.sandbox import make_sandbox
+from hopgym.serving.openenv_client import HopgymEnvClient
+from hopgym.serving.openenv_types import HopgymAction, HopgymObservation, HopgymState
+from hopgym.serving.rollouts import Rollouts
 
 if TYPE_CHECKING:
     from openenv.core.generic_client import GenericEnvClient
@@ -119,7 +119,7 @@ async def through_verifiers(concurrency: int, episodes: int, turns: int) -> Samp
     model replaced by the scripted policy; the first ``concurrency`` rollouts (making the envs) untimed."""
     import verifiers as vf
 
-    from hopgym.agents.adapters.verifiers_env import HopgymEnv
+    from hopgym.serving.verifiers_env import HopgymEnv
 
     step_ms: list[float] = []
     replied: dict[str, float] = {}
@@ -213,8 +213,8 @@ def noop_app(turns: int, max_sessions: int) -> Any:
     uvicorn and the client are measured."""
     from fastmcp import FastMCP
 
-    from hopgym.agents.adapters.asgi_middleware import QuietClose
-    from hopgym.agents.adapters.openenv_core import MCPEnvironment, create_app
+    from hopgym.serving.asgi_middleware import QuietClose
+    from hopgym.serving.openenv_core import MCPEnvironment, create_app
 
     tool = {
         "type": "function",
@@ -259,7 +259,7 @@ def noop_app(turns: int, max_sessions: int) -> Any:
 def serve_noop(turns: int, max_sessions: int) -> None:
     """The no-op server on a free port of 127.0.0.1 (``--noop-server``), with ``hopgym serve env``'s
     uvicorn settings; prints the same ready line."""
-    from hopgym.agents.adapters.openenv_server import uvicorn_server
+    from hopgym.serving.openenv_server import uvicorn_server
 
     listener = socket.create_server(("127.0.0.1", 0), backlog=2048)
     print(f"ready: --base-url http://127.0.0.1:{listener.getsockname()[1]}", flush=True)

@@ -26,7 +26,7 @@ from _timing import report
 from bench_env import descendants
 from bench_serve import hopgym_server, noop_server, serve, stop
 
-from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+from hopgym.serving.openenv_client import HopgymEnvClient
 
 MB = 1024.0
 """smaps_rollup counts in kB."""

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from gymnasium.envs.registration import register, registry
 
+from hopgym import moved
+
 __version__ = "0.1.0"
 
 _ENVS = {
@@ -21,3 +23,5 @@ ENV_IDS = tuple(_ENVS)
 for _env_id, _entry_point in _ENVS.items():
     if _env_id not in registry:
         register(id=_env_id, entry_point=_entry_point)
+
+moved.install()

@@ -2,7 +2,7 @@
 client ended, an idle timeout per session that frees its env and place, and an API key gate.
 
 Each wraps any ASGI app and knows nothing of envs: the adapter
-(:mod:`~hopgym.agents.adapters.openenv_server`) is about serving an env, these are about connections.
+(:mod:`~hopgym.serving.openenv_server`) is about serving an env, these are about connections.
 """
 
 from __future__ import annotations

@@ -23,9 +23,9 @@ from typing import Any
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 from websockets.protocol import State
 
-from hopgym.agents.adapters.openenv_core import EnvClient, StepResult
-from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation, HopgymState
 from hopgym.errors import EnvServerError
+from hopgym.serving.openenv_core import EnvClient, StepResult
+from hopgym.serving.openenv_types import HopgymAction, HopgymObservation, HopgymState
 
 _REFUSAL_WAIT = 1.0
 """How long to look for the server's last frame (its reason) once it closed the connection."""

@@ -2,7 +2,7 @@
 
 Stock OpenEnv clients get whole observations; hopgym's own client asks for delta frames at reset. MCP
 actions list the episode's task's tools and call them through ``env.step`` in the sandbox, with OpenEnv's
-typed error mapped from the call status (:mod:`hopgym.agents.adapters.mcp_tools`); the same tools answer
+typed error mapped from the call status (:mod:`hopgym.serving.mcp_tools`); the same tools answer
 JSON-RPC ``tools/list`` / ``tools/call`` on ``/mcp`` in an HTTP MCP session (``openenv/session/create``).
 
 Each WebSocket session (``/ws``) gets its own env, made at its first ``reset`` and closed, with its sandbox
@@ -36,11 +36,13 @@ from fastmcp.tools.base import ToolResult
 from pydantic import PrivateAttr
 
 from hopgym import __version__
-from hopgym.agents.adapters.asgi_middleware import API_KEY_HEADER as API_KEY_HEADER  # kept importable here
-from hopgym.agents.adapters.asgi_middleware import IDLE_CLOSE_CODE as IDLE_CLOSE_CODE
-from hopgym.agents.adapters.asgi_middleware import ApiKeyGate, IdleClose, QuietClose
-from hopgym.agents.adapters.mcp_tools import McpCallResult, McpTool, call_tool, mcp_tools
-from hopgym.agents.adapters.openenv_core import (
+from hopgym.envs.chat import chat_env
+from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
+from hopgym.serving.asgi_middleware import API_KEY_HEADER as API_KEY_HEADER  # kept importable here
+from hopgym.serving.asgi_middleware import IDLE_CLOSE_CODE as IDLE_CLOSE_CODE
+from hopgym.serving.asgi_middleware import ApiKeyGate, IdleClose, QuietClose
+from hopgym.serving.mcp_tools import McpCallResult, McpTool, call_tool, mcp_tools
+from hopgym.serving.openenv_core import (
     CallToolAction,
     EnvironmentMetadata,
     ListToolsObservation,
@@ -50,15 +52,13 @@ from hopgym.agents.adapters.openenv_core import (
     ToolErrorType,
     create_app,
 )
-from hopgym.agents.adapters.openenv_types import (
+from hopgym.serving.openenv_types import (
     HopgymAction,
     HopgymObservation,
     HopgymState,
     HopgymToolObservation,
 )
-from hopgym.agents.evaluation.rollouts import make_env
-from hopgym.envs.chat import chat_env
-from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
+from hopgym.serving.rollouts import make_env
 
 ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
 """The option by which the operator lets tool code run where the sandbox does not isolate the files."""
@@ -144,7 +144,7 @@ class ServedEnv:
 class HopgymEnvironment(MCPEnvironment):
     """One session's env behind OpenEnv's MCP environment interface: hopgym actions (assistant messages)
     step the env; ``ListToolsAction`` lists the tools of the episode's task and ``CallToolAction`` runs
-    one of them as one turn through ``env.step`` (:mod:`hopgym.agents.adapters.mcp_tools`)."""
+    one of them as one turn through ``env.step`` (:mod:`hopgym.serving.mcp_tools`)."""
 
     SUPPORTS_CONCURRENT_SESSIONS = True
 

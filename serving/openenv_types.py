@@ -21,7 +21,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from hopgym.agents.adapters.openenv_core import (
+from hopgym.serving.openenv_core import (
     Action,
     CallToolAction,
     CallToolObservation,

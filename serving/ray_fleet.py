@@ -1,9 +1,9 @@
 """A fleet of hopgym env servers on a Ray cluster, for a trainer whose tool calls run on the cluster's CPUs.
 
 Each server is a Ray actor, spread over the nodes (Ray's ``SPREAD``), serving ``hopgym serve env``'s app
-(:func:`~hopgym.agents.adapters.openenv_server.env_app`, behind a key the fleet makes) on a uvicorn thread in
+(:func:`~hopgym.serving.openenv_server.env_app`, behind a key the fleet makes) on a uvicorn thread in
 the actor's own process, so a node that dies takes its servers and their sandbox workers with it. The
-fleet's URLs and key go to :func:`~hopgym.agents.adapters.remote_rollouts.on_servers`
+fleet's URLs and key go to :func:`~hopgym.serving.remote_rollouts.on_servers`
 (:meth:`EnvFleet.rollouts`), which leaves a dead server out and plays its episodes again on the others::
 
     with EnvFleet(4, "ToolHop-v0", address="auto") as fleet:
@@ -21,11 +21,11 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, uvicorn_server
-from hopgym.agents.adapters.remote_rollouts import on_servers
-from hopgym.agents.evaluation.ray_executor import join_cluster, require_ray
-from hopgym.agents.evaluation.rollouts import RolloutsFactory
 from hopgym.errors import ClusterError, ConfigError, EnvServerError, one_line
+from hopgym.serving.openenv_server import ServedEnv, env_app, uvicorn_server
+from hopgym.serving.ray_cluster import join_cluster, require_ray
+from hopgym.serving.remote_rollouts import on_servers
+from hopgym.serving.rollouts import RolloutsFactory
 
 ray = require_ray()
 from ray.exceptions import RayError  # noqa: E402 - only once ray is there

@@ -1,10 +1,10 @@
-"""Rollouts on ``hopgym serve env`` servers: :class:`~hopgym.agents.evaluation.rollouts.Rollouts`' episodes,
+"""Rollouts on ``hopgym serve env`` servers: :class:`~hopgym.serving.rollouts.Rollouts`' episodes,
 each played on one of several env servers through
-:class:`~hopgym.agents.adapters.openenv_client.HopgymEnvClient`, so that a trainer's tool calls run on
+:class:`~hopgym.serving.openenv_client.HopgymEnvClient`, so that a trainer's tool calls run on
 other machines (``hopgym train grpo --env-url``, ``hopgym eval --env-url``).
 
 An episode goes to the server with the fewest of this process's episodes in flight, a server that failed
-being left out for a while (the model client's :class:`~hopgym.agents.model.client.Endpoints`). A server's
+being left out for a while (the model client's :class:`~hopgym.serving.endpoints.Endpoints`). A server's
 sessions (one env on the server each) stay open between episodes, so an episode costs a ``reset``, not a new
 env. A server that dies while it has an episode (its connection lost, or no answer within the client's
 message timeout) or refuses one (no session: at capacity, a wrong key; or its ``reset`` fails) has that
@@ -26,11 +26,11 @@ from typing import Any
 import gymnasium as gym
 from websockets.exceptions import ConnectionClosed
 
-from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation
-from hopgym.agents.evaluation.rollouts import Policy, Rollout, Rollouts, RolloutsFactory, StepOutcome
-from hopgym.agents.model.client import Endpoints
 from hopgym.errors import ActionError, ConfigError, EnvServerError, ModelError
+from hopgym.serving.endpoints import Endpoints
+from hopgym.serving.openenv_client import HopgymEnvClient
+from hopgym.serving.openenv_types import HopgymAction, HopgymObservation
+from hopgym.serving.rollouts import Policy, Rollout, Rollouts, RolloutsFactory, StepOutcome
 
 ATTEMPTS_PER_SERVER = 2
 """Times an episode may be cut off per server before it ends with an error: a server restarted meanwhile

@@ -13,7 +13,7 @@ the only copy of the episode loop::
         results = await rollouts.run(policy, [{"index": i} for i in range(64)])
         rewards = [result.reward for result in results]
 
-:class:`~hopgym.agents.adapters.remote_rollouts.RemoteRollouts` plays the same loop (:meth:`Rollouts.play`)
+:class:`~hopgym.serving.remote_rollouts.RemoteRollouts` plays the same loop (:meth:`Rollouts.play`)
 on ``hopgym serve env`` servers instead.
 """
 
@@ -41,7 +41,7 @@ StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, A
 """What ``env.step`` returns: observation, reward, terminated, truncated, info."""
 RolloutsFactory = Callable[[str, "Mapping[str, Any] | None", int], "Rollouts"]
 """Makes the rollouts of ``(env_id, env_kwargs, concurrency)``: :class:`Rollouts` (in process), or the env
-servers' (``hopgym.agents.adapters.remote_rollouts.on_servers``)."""
+servers' (``hopgym.serving.remote_rollouts.on_servers``)."""
 Policy = Callable[[Mapping[str, Any], Mapping[str, Any]], Awaitable[Any]]
 """An async policy: the env's latest observation and info -> the next action (see the env contract)."""
 

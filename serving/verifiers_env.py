@@ -12,7 +12,7 @@ the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_
 declares, e.g. FamilyTool's EM, Tool Acc and Value Acc, KGTool's hits@1). A value the env reports as not
 applicable (None), or an episode that ended unscored, counts 0.
 
-vf-eval imports an environment by module name: ``vf-eval hopgym.agents.adapters.verifiers_env -a
+vf-eval imports an environment by module name: ``vf-eval hopgym.serving.verifiers_env -a
 '{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).
 """
 
@@ -27,11 +27,11 @@ import gymnasium as gym
 import verifiers as vf
 from datasets import Dataset
 
-from hopgym.agents.evaluation.rollouts import Rollouts, task_starts
-from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
+from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
+from hopgym.serving.rollouts import Rollouts, task_starts
 
 T = TypeVar("T")
 EPISODE = "hopgym"
@@ -98,7 +98,7 @@ class HopgymEnv(vf.MultiTurnEnv):
         self._started = asyncio.Lock()
         first = rollouts.make_env()
         try:
-            dataset, metrics = task_rows(first), paper_metrics(first)
+            dataset, metrics = task_rows(first), tuple(chat_env(first).paper_metrics)
         finally:
             first.close()
         super().__init__(eval_dataset=dataset, rubric=hopgym_rubric(metrics))

@@ -5,13 +5,13 @@ launched per rollout as ``python -m`` this module), not as Python callables in t
 path its tasksets document, its env-server pool and prime-rl run, and the one that gives ToolHop each query's
 own tools. So each :class:`HopgymTask` carries a :class:`HopgymToolset` that, for that rollout, resets a
 hopgym env on the task and answers ``tools/list`` with the task's tools and ``tools/call`` with one call
-through ``env.step`` (:mod:`hopgym.agents.adapters.mcp_tools`: validated, run in the sandbox, recorded).
+through ``env.step`` (:mod:`hopgym.serving.mcp_tools`: validated, run in the sandbox, recorded).
 
 The final answer is not a tool call, so the toolset never sees it: the task's ``@vf.reward`` replays the
 trace's assistant turns through a fresh env (the same calls, the same sandbox), checks that every tool
 result the model saw is the one the replay gives, and takes hopgym's reward, answer correctness, ToolHop's
 query-level columns and the env's paper columns from that episode (the columns of the legacy adapter,
-:func:`hopgym.agents.adapters.verifiers_env.episode_columns`).
+:func:`hopgym.serving.verifiers_env.episode_columns`).
 """
 
 from __future__ import annotations
@@ -29,13 +29,12 @@ from mcp.server.fastmcp import FastMCP
 from pydantic import Field
 from verifiers.v1.harnesses.null import NullHarness
 
-from hopgym.agents.adapters.mcp_tools import call_tool, mcp_tools
-from hopgym.agents.adapters.verifiers_env import action_of, episode_columns
-from hopgym.agents.evaluation.rollouts import make_env
-from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ConfigError, DataError
+from hopgym.serving.mcp_tools import call_tool, mcp_tools
+from hopgym.serving.rollouts import make_env
+from hopgym.serving.verifiers_env import action_of, episode_columns
 
 
 class HopgymData(vf.TaskData):
@@ -141,7 +140,8 @@ def replay(task: HopgymData, trace: vf.Trace) -> dict[str, Any]:
         shown = [message.content for message in trace.tool_messages]
         if shown != seen[: len(shown)]:
             raise DataError(f"task {task.task_id}: the tool results the model saw differ from the replay's")
-        return {"outcome": {**outcome.fields(), "calls": calls}, "metrics": paper_metrics(env)}
+        columns = tuple(chat_env(env).paper_metrics)
+        return {"outcome": {**outcome.fields(), "calls": calls}, "metrics": columns}
     finally:
         env.close()
 

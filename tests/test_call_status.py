@@ -11,7 +11,6 @@ from typing import Any, get_args
 
 import pytest
 
-from hopgym.agents.adapters.mcp_tools import MCP_ERROR_TYPES, mcp_error_type
 from hopgym.envs.calls import (
     CALL_STATUSES,
     FAILURE_STATUSES,
@@ -26,6 +25,7 @@ from hopgym.envs.validation import STATUS_ORDER, ToolValidator
 from hopgym.errors import ConfigError, ContractError
 from hopgym.sandbox.base import CallResult
 from hopgym.sandbox.base import CallStatus as SandboxStatus
+from hopgym.serving.mcp_tools import MCP_ERROR_TYPES, mcp_error_type
 from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.train.rewards import DEFAULT_CALL_WEIGHTS, ShapedReward
 from tests.test_layering import ROOT, hopgym_imports, module_name, package_files

@@ -147,7 +147,7 @@ def test_episodes_in_the_container_equal_in_process_steps(served: tuple[str, str
 
 
 def test_the_container_reports_the_isolation_it_was_asked_for(served: tuple[str, str]) -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
+    from hopgym.serving.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
 
     url, logs = served
     assert f"sandbox: {ISOLATION}," in logs
@@ -173,7 +173,7 @@ def test_without_an_explicit_weaker_isolation_the_container_refuses_to_start(
 
 
 def test_a_session_without_the_api_key_is_refused(served: tuple[str, str]) -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
+    from hopgym.serving.openenv_client import HopgymEnvClient  # openenv.core: seconds to import
 
     url, _ = served
 
@@ -217,8 +217,8 @@ def test_a_clients_code_reads_no_secret_of_the_server_and_the_server_keeps_servi
     """Two sessions at once: while one holds its worker, the other's code tries the data, the key file, every
     other process's environment, memory, root and cwd (the server's, the other session's worker), and to
     leave a file for another session. Every one fails; then both sessions play a normal episode."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
 
     url, _ = served
 

@@ -19,12 +19,12 @@ from typing import Any
 import gymnasium as gym
 import pytest
 
-from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.envs.chat import Score
 from hopgym.envs.env_checker import ContractChecker
 from hopgym.errors import ConfigError, ContractError, EnvServerError
+from hopgym.serving.rollouts import make_env
 from tests.extras import require_extra
 from tests.test_env_declares import ENV_ID, RiddleEnv
 
@@ -134,8 +134,8 @@ def test_serve_env_answers_a_session_whose_env_broke_a_rule_with_the_rule_and_ke
     require_extra("openenv.core", "serve")  # skipped outside CI only
     import asyncio
 
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
     from tests.test_serve_env import served_in_thread
 
     async def session(url: str) -> list[str]:

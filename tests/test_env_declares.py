@@ -183,8 +183,8 @@ def test_an_agent_for_another_first_turn_and_training_refuse_the_env_before_any_
 
 def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
     require_extra("openenv.core", "serve")  # skipped outside CI only
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
     from tests.test_serve_env import served_in_thread
 
     async def episode(url: str) -> tuple[float, bool, Mapping[str, Any]]:
@@ -208,8 +208,8 @@ def test_the_verifiers_adapter_reports_the_env_paper_metric() -> None:
     require_extra("verifiers", "verifiers")  # skipped outside CI only
     import verifiers as vf
 
-    from hopgym.agents.adapters.verifiers_env import HopgymEnv
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
+    from hopgym.serving.verifiers_env import HopgymEnv
 
     async def scenario() -> dict[str, float]:
         env = HopgymEnv(Rollouts(ENV_ID, concurrency=1))

@@ -152,10 +152,10 @@ def test_a_training_completion_read_by_the_eval_path_makes_the_same_action():
     prompt is the same tokens, and each completion (a gold call the SFT data teaches, a call after text, a
     plain answer, a malformed call block, a reply cut off) gives the same action; the call runs in the
     sandbox and returns the gold result."""
-    from hopgym.agents.evaluation.rollouts import Rollouts
     from hopgym.agents.model.checkpoint_entry import reply_message, request_messages
     from hopgym.agents.model.client import prepare_messages
     from hopgym.envs.chat import checked_action
+    from hopgym.serving.rollouts import Rollouts
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rollout import HopgymRollout
 

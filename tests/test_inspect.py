@@ -33,7 +33,6 @@ from inspect_ai.model import ContentReasoning, GenerateConfig, get_model  # noqa
 
 import hopgym.inspect.registry  # noqa: E402, F401  (the provider, as the entry point registers it)
 from hopgym.agents.evaluation.records import EpisodeRecord  # noqa: E402
-from hopgym.agents.evaluation.rollouts import make_env, task_starts  # noqa: E402
 from hopgym.agents.evaluation.summary import episode_values  # noqa: E402
 from hopgym.agents.model.scripted_server import (  # noqa: E402
     ScriptedModelServer,
@@ -56,6 +55,7 @@ from hopgym.inspect.provider import MODEL_ARGS  # noqa: E402
 from hopgym.inspect.scorer import hopgym_score  # noqa: E402
 from hopgym.inspect.solver import EPISODE, EnvPool, play_episode  # noqa: E402
 from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noqa: E402
+from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 

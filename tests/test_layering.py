@@ -1,5 +1,6 @@
-"""Every module imports only from its own layer or lower ones: tasks < sandbox < envs < agents < train <
-CLI, with hopgym's root modules (errors, options, messages, prompts, registration) as the shared bottom;
+"""Every module imports only from its own layer or lower ones: tasks < sandbox < envs < serving < agents <
+train < CLI, with hopgym's root modules (errors, options, messages, prompts) as the shared bottom and
+run_folder beside tasks;
 inside agents/, tasks/ and envs/ (one folder per benchmark), subpackages are ordered the same way, and
 those folders hold only subpackages and a few shared modules (docs/contracts.md "Layers")."""
 
@@ -20,19 +21,23 @@ LAYERS = {
     "hopgym.messages": 0,
     "hopgym.model_text": 0,
     "hopgym.prompts": 0,
+    "hopgym.run_folder": 1,
+    "hopgym.moved": 0,
     "hopgym.tools_generated": 1,
     "hopgym.tasks": 1,
     "hopgym.sandbox": 2,
     "hopgym.envs": 3,
-    "hopgym.agents": 4,
-    "hopgym.inspect": 4,
-    "hopgym.train": 5,
-    "hopgym.cli": 6,
-    "hopgym.commands": 6,
+    "hopgym.serving": 4,
+    "hopgym.agents": 5,
+    "hopgym.inspect": 5,
+    "hopgym.train": 6,
+    "hopgym.cli": 7,
+    "hopgym.commands": 7,
 }
 """Module-name prefix -> layer; the longest matching prefix decides."""
 FOLDERS = {"hopgym": "hopgym", "tasks": "hopgym.tasks", "sandbox": "hopgym.sandbox", "envs": "hopgym.envs"}
 FOLDERS |= {"agents": "hopgym.agents", "tools_generated": "hopgym.tools_generated", "train": "hopgym.train"}
+FOLDERS |= {"serving": "hopgym.serving"}
 ROOT_MODULES = {
     "hopgym",
     "hopgym.errors",
@@ -40,6 +45,8 @@ ROOT_MODULES = {
     "hopgym.messages",
     "hopgym.model_text",
     "hopgym.prompts",
+    "hopgym.run_folder",
+    "hopgym.moved",
     "hopgym.inspect",
     "hopgym.cli",
     "hopgym.commands",
@@ -53,7 +60,6 @@ SUBPACKAGES = {
         "evaluation": 3,
         "construction": 4,
         "report": 4,
-        "adapters": 4,
     },
     "hopgym.tasks": {"prompts": 0, "kg": 1, "toolhop": 1, "fol": 2, "familytool": 2, "kg2tool": 3},
     "hopgym.envs": {"toolhop": 1, "familytool": 1, "kgtool": 1},

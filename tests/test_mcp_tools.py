@@ -1,4 +1,4 @@
-"""``hopgym.agents.adapters.mcp_tools``: a task's tools as MCP tools, and ``tools/call`` through ``env.step``
+"""``hopgym.serving.mcp_tools``: a task's tools as MCP tools, and ``tools/call`` through ``env.step``
 in the real process sandbox: each call status with its MCP error type, results equal to a twin env stepped
 with the same OpenAI call, and the env still working after every failure."""
 
@@ -10,18 +10,18 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.adapters.mcp_tools import (
-    MCP_ERROR_TYPES,
-    call_tool,
-    mcp_error_type,
-    mcp_tools,
-)
 from hopgym.envs.calls import CALL_STATUSES
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.errors import HopgymError
 from hopgym.messages import tool_call
 from hopgym.sandbox import make_sandbox
 from hopgym.sandbox.base import Sandbox
+from hopgym.serving.mcp_tools import (
+    MCP_ERROR_TYPES,
+    call_tool,
+    mcp_error_type,
+    mcp_tools,
+)
 
 MISBEHAVING = Path(__file__).parent / "fixtures" / "toolhop" / "misbehaving.jsonl"
 

@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import FIELD_CHARS, EnvServerError, ModelError, error_detail, error_text
+from hopgym.serving.rollouts import Rollout, Rollouts
 
 TERMINAL = {"correct": True, "metrics": {"f1": 0.5}, "calls": []}
 

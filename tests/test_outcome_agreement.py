@@ -21,11 +21,11 @@ require_extra("verifiers", "verifiers")
 require_extra("trl", "train")
 
 from hopgym.agents.evaluation.records import read_episodes  # noqa: E402
-from hopgym.agents.evaluation.rollouts import Rollouts  # noqa: E402
 from hopgym.agents.evaluation.runner import EvalConfig, EvalRun  # noqa: E402
 from hopgym.agents.model.client import ModelConfig  # noqa: E402
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call  # noqa: E402
 from hopgym.envs.outcome import Outcome  # noqa: E402
+from hopgym.serving.rollouts import Rollouts  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 from tests.test_runner_scripted import TASKS, question_of  # noqa: E402
 
@@ -130,7 +130,7 @@ def training_outcomes(script: Script, tokenizer: Any) -> dict[int, tuple[Outcome
 def verifiers_outcomes(script: Script) -> dict[int, tuple[Outcome, Any]]:
     import verifiers as vf
 
-    from hopgym.agents.adapters.verifiers_env import EPISODE, HopgymEnv, episode_columns
+    from hopgym.serving.verifiers_env import EPISODE, HopgymEnv, episode_columns
 
     async def play(env: HopgymEnv, index: int) -> tuple[Outcome, Any]:
         state = vf.State(trajectory_id=f"t{index}", info={"index": index})

@@ -1,4 +1,4 @@
-"""``EnvFleet`` (agents/adapters/ray_fleet.py) on a real two-node Ray cluster started on this machine:
+"""``EnvFleet`` (serving/ray_fleet.py) on a real two-node Ray cluster started on this machine:
 ``hopgym serve fleet`` prints URLs episodes play on and stops its servers on Ctrl-C; two env servers, one
 per node, the second node killed (its whole process group, SIGKILL) mid-episode: every episode still ends
 equal to in process, those the dead node's server had played again whole on the head's; after the fleet
@@ -63,8 +63,8 @@ def test_serve_fleet_prints_urls_episodes_play_on_and_ctrl_c_stops_the_servers(
 ) -> None:
     """``hopgym serve fleet`` in this process (already joined to the cluster), Ctrl-C from a thread that
     plays episodes on the URLs it printed."""
-    from hopgym.agents.adapters.remote_rollouts import on_servers
     from hopgym.cli import main
+    from hopgym.serving.remote_rollouts import on_servers
 
     monkeypatch.setenv("HOPGYM_SERVE_API_KEY", KEY)
     seen: dict[str, object] = {}
@@ -106,8 +106,8 @@ def test_serve_fleet_prints_urls_episodes_play_on_and_ctrl_c_stops_the_servers(
 def test_a_fleet_without_a_key_or_servers_is_refused_before_joining_a_cluster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from hopgym.agents.adapters.ray_fleet import EnvFleet
     from hopgym.errors import ConfigError
+    from hopgym.serving.ray_fleet import EnvFleet
 
     monkeypatch.delenv("HOPGYM_SERVE_API_KEY", raising=False)
     with pytest.raises(ConfigError, match="give their key in \\$HOPGYM_SERVE_API_KEY or --api-key-file"):
@@ -123,7 +123,7 @@ def test_a_fleet_with_a_node_killed_mid_run_plays_every_episode_and_leaves_no_pr
     cluster: Cluster,
 ) -> None:
     """Last in this file: the second node does not come back."""
-    from hopgym.agents.adapters.ray_fleet import EnvFleet
+    from hopgym.serving.ray_fleet import EnvFleet
 
     fleet = EnvFleet(2, "ToolHop-v0", address=cluster.address)
     where = {

@@ -1,4 +1,4 @@
-"""Rollouts on ``hopgym serve env`` servers (agents/adapters/remote_rollouts.py),
+"""Rollouts on ``hopgym serve env`` servers (serving/remote_rollouts.py),
 real server subprocesses driven through hopgym's OpenEnv client: episodes spread over two servers equal
 in-process ``env.step``; a server SIGKILLed mid-episode has its episodes played again from their start on
 the other (each reward once, the policy asked once per turn), the rollouts go on on the server left, and
@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from hopgym.agents.evaluation.rollouts import Rollout
 from hopgym.errors import ConfigError
+from hopgym.serving.rollouts import Rollout
 from tests.extras import require_extra
 
 require_extra("openenv.core", "serve")
 
-from hopgym.agents.adapters.remote_rollouts import on_servers  # noqa: E402
+from hopgym.serving.remote_rollouts import on_servers  # noqa: E402
 from tests.test_serve_env import READY, descendants, hopgym, in_process, policy, wait_until  # noqa: E402
 
 EPISODES = 8

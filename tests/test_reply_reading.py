@@ -42,7 +42,7 @@ Reading = tuple[float, bool, bool, list[tuple[Any, Any, str]]]
 @pytest.fixture(scope="module")
 def rollout() -> Iterator[Any]:
     """Training's reader with SmolLM2's tokenizer, as the run's (its warm start kept the vocabulary)."""
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rollout import HopgymRollout
 

@@ -1,4 +1,4 @@
-"""Batched rollouts in process (``hopgym.agents.evaluation.rollouts``): many real ToolHop episodes at once
+"""Batched rollouts in process (``hopgym.serving.rollouts``): many real ToolHop episodes at once
 on one pool of envs, the same outcome as stepping one env by hand, and a failing policy costing only its
 own episode."""
 
@@ -11,9 +11,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.agents.model.scripted_server import smoke_script
 from hopgym.messages import tool_call
+from hopgym.serving.rollouts import Rollouts
 
 
 def smoke_action(observation: Mapping[str, Any]) -> dict[str, Any] | str:

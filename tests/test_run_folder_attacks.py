@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from hopgym import run_folder
 from hopgym.agents.construction.pipeline import construct_dataset, rows_path
-from hopgym.agents.evaluation import run_folder
 from hopgym.agents.evaluation.records import EpisodeRecord, EpisodeWriter, read_episode_file, read_episodes
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.agents.report.viewer import open_viewer

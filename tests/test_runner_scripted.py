@@ -382,7 +382,7 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from hopgym.agents.evaluation.rollouts import EnvPool
+    from hopgym.serving.rollouts import EnvPool
 
     started, finish = threading.Event(), threading.Event()
 

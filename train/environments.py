@@ -21,7 +21,7 @@ TRL ends a rollout when the model stops calling tools and never tells the instan
 the reward function :func:`final_answer` (``completions`` and ``environments`` in) steps each env with its
 completion's last assistant text, and ``get_reward()`` then returns the env's reward (0.0 for an episode
 that did not end: the tool loop or the token budget stopped it). Envs come from one
-:class:`~hopgym.agents.evaluation.rollouts.Rollouts` pool per env: an instance holds one from ``reset`` to
+:class:`~hopgym.serving.rollouts.Rollouts` pool per env: an instance holds one from ``reset`` to
 ``get_reward``; :meth:`EnvironmentSet.close` closes them all with their sandbox workers.
 """
 
@@ -36,9 +36,9 @@ from typing import Any, ClassVar, Literal, Union
 
 import gymnasium as gym
 
-from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.envs.outcome import Outcome
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError, error_text
+from hopgym.serving.rollouts import Rollouts
 from hopgym.train.dataset import select_tasks, task_rows
 from hopgym.train.rollout import TrainEpisode, check_env, record_outcome, unended_episode
 

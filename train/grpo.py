@@ -19,10 +19,10 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hopgym.agents.evaluation.rollouts import Rollouts, RolloutsFactory, make_env
-from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.training_record import TrainingStage, training_stages, write_record
 from hopgym.errors import ConfigError, DataError
+from hopgym.run_folder import exists, read_json, write_json
+from hopgym.serving.rollouts import Rollouts, RolloutsFactory, make_env
 from hopgym.train.config import TrainConfig
 from hopgym.train.dataset import select_tasks, task_dataset
 from hopgym.train.model import load_model, load_tokenizer

@@ -3,7 +3,7 @@
 TRL's own tool loop (``tools=`` / ``environment_factory``) calls Python methods, one global tool list per
 run (per-sample tools are an open pull request), and judges calls itself. ToolHop offers each query its
 own tools, and a hopgym reward must come from the env's own validation, sandbox and scoring, so here the
-env runs each turn: the episodes are played by :class:`~hopgym.agents.evaluation.rollouts.Rollouts` (the
+env runs each turn: the episodes are played by :class:`~hopgym.serving.rollouts.Rollouts` (the
 one episode loop, envs in worker threads), with a policy that asks the trainer for the reply. The reply
 is parsed with TRL's parser for the chat template (``parse_response``, within hopgym's bounds for model
 text: :mod:`hopgym.agents.model.reply_parser`), then for calls written as JSON in its text, as the ``fc``
@@ -39,13 +39,13 @@ from typing import Any, TypedDict
 
 import gymnasium as gym
 
-from hopgym.agents.evaluation.rollouts import Rollout, Rollouts
 from hopgym.agents.model.reply_parser import parse_reply
 from hopgym.agents.policies.text_calls import with_text_calls
 from hopgym.envs.calls import CallRecord
 from hopgym.envs.chat import STANDARD_TURN, chat_env, checked_action
 from hopgym.envs.outcome import NOT_ENDED, Outcome, OutcomeFields
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
+from hopgym.serving.rollouts import Rollout, Rollouts
 from hopgym.train.dataset import task_of_prompt
 
 RECORD_FIELD = "hopgym"

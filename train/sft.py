@@ -18,10 +18,10 @@ from typing import Any
 
 import gymnasium as gym
 
-from hopgym.agents.evaluation.rollouts import make_env
 from hopgym.agents.evaluation.training_record import training_stages, write_record
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
+from hopgym.serving.rollouts import make_env
 from hopgym.train.config import EMBEDDED
 from hopgym.train.model import load_model, load_tokenizer
 

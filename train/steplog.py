@@ -24,7 +24,7 @@ from typing import Any
 
 from transformers import TrainerCallback
 
-from hopgym.agents.evaluation.run_folder import json_bytes, open_append, read_records, replace_file
+from hopgym.run_folder import json_bytes, open_append, read_records, replace_file
 from hopgym.train.rollout import TrainEpisode
 
 STEP_LOG = "steps.jsonl"

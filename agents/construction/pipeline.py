@@ -34,10 +34,10 @@ from hopgym.agents.construction.stage_prompts import (
     retry_prompt,
 )
 from hopgym.agents.evaluation.records import check_resumable
-from hopgym.agents.evaluation.run_folder import RecordWriter, read_records, write_json
 from hopgym.agents.evaluation.runner import run_to_completion
 from hopgym.agents.model.client import ModelClient, Usage
 from hopgym.errors import ConfigError, error_text
+from hopgym.run_folder import RecordWriter, read_records, write_json
 from hopgym.sandbox.base import Sandbox
 from hopgym.tasks.toolhop.construction_rows import QueryRow
 

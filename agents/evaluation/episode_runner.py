@@ -16,11 +16,11 @@ import gymnasium as gym
 
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.agents.evaluation.rollouts import Rollout, Rollouts, RolloutsFactory
 from hopgym.agents.evaluation.training_record import TrainingStage
 from hopgym.agents.model.client import ModelClient, ModelConfig
 from hopgym.agents.policies.base import Agent
 from hopgym.agents.policies.registry import agent_factory
+from hopgym.serving.rollouts import Rollout, Rollouts, RolloutsFactory
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class EvalConfig:
     ray_address: str | None = None
     make_rollouts: RolloutsFactory = field(default=Rollouts, repr=False)
     """Where the episodes' envs are: :class:`Rollouts` (where the executor runs them), or env servers
-    (``hopgym.agents.adapters.remote_rollouts.on_servers``). Not part of the run's identity."""
+    (``hopgym.serving.remote_rollouts.on_servers``). Not part of the run's identity."""
     training: tuple[TrainingStage, ...] = ()
     """What the model was trained on (its folder's ``training-tasks.json``): evaluated tasks among them are
     named in a warning. Not part of the run's identity."""

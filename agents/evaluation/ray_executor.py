@@ -10,7 +10,6 @@ episode's record is written only once it has come back, so none is lost and none
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 from collections import deque
 from collections.abc import AsyncGenerator, Sequence
@@ -19,21 +18,12 @@ from typing import Any
 
 from hopgym.agents.evaluation.episode_runner import Episode, EpisodeRunner, EvalConfig
 from hopgym.agents.evaluation.records import EpisodeRecord
-from hopgym.errors import ClusterError, ConfigError, one_line
+from hopgym.errors import ClusterError, one_line
+from hopgym.serving.ray_cluster import join_cluster, require_ray
 
-EXTRA_MESSAGE = "--executor ray needs Ray: pip install 'hopgym[ray]'"
 PATH_OPTIONS = ("data_path", "kg_path")
 """Env options naming files: a relative one is made absolute for the nodes, whose actors do not run in the
 driver's working directory."""
-
-
-def require_ray() -> Any:
-    """The ``ray`` module, or a ConfigError naming the extra that installs it."""
-    try:
-        import ray
-    except ImportError as exc:
-        raise ConfigError(EXTRA_MESSAGE) from exc
-    return ray
 
 
 ray = require_ray()
@@ -86,18 +76,6 @@ class EpisodeActor:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.close()
-
-
-def join_cluster(address: str | None) -> None:
-    """Join the Ray cluster at ``address`` (None: ``RAY_ADDRESS``, else a new local instance) unless this
-    process has; it stays joined until the process exits (Ray's own exit hook leaves the cluster)."""
-    if ray.is_initialized():
-        return
-    try:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
-    except (ConnectionError, ValueError, RuntimeError) as exc:
-        where = address or "RAY_ADDRESS or a new local instance"
-        raise ClusterError(f"cannot join the Ray cluster at {where}: {one_line(str(exc))}") from exc
 
 
 _kept: dict[tuple[str, str], Any] = {}

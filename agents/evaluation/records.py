@@ -6,7 +6,7 @@ it is parsed once into an :class:`EpisodeRecord`, and readers use its fields, no
 
 A run killed mid-write can leave a partial last line; reading for ``--resume`` drops it (and truncates
 the file to the last complete line) so the episode is redone once, never lost and never duplicated. The
-file is untrusted input (:mod:`hopgym.agents.evaluation.run_folder`): a malformed record is skipped by
+file is untrusted input (:mod:`hopgym.run_folder`): a malformed record is skipped by
 readers and refused by ``--resume``, named ``file:line``.
 """
 
@@ -18,7 +18,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import IO, Any
 
-from hopgym.agents.evaluation.run_folder import (
+from hopgym.envs.outcome import Outcome
+from hopgym.errors import ConfigError, ErrorDetail
+from hopgym.run_folder import (
     RecordsRead,
     RecordWriter,
     exists,
@@ -28,8 +30,6 @@ from hopgym.agents.evaluation.run_folder import (
     read_json,
     replace_file,
 )
-from hopgym.envs.outcome import Outcome
-from hopgym.errors import ConfigError, ErrorDetail
 
 RUN_FILE = "run.json"
 """The run's identity (settings a resume must share) and provenance."""
@@ -203,7 +203,7 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
 def read_episode_file(path: Path, repair: bool = False) -> RecordsRead[EpisodeRecord]:
     """The episode records of a run folder's episodes file and the malformed ones skipped; with ``repair``
     (``--resume``) a malformed record is refused instead and a partial last line cut off
-    (:func:`hopgym.agents.evaluation.run_folder.parse_records`)."""
+    (:func:`hopgym.run_folder.parse_records`)."""
     return parse_records(path, EpisodeRecord.from_json, resume=repair)
 
 

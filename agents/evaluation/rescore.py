@@ -21,12 +21,12 @@ from hopgym.agents.evaluation.records import (
     EpisodeWriter,
     read_episodes,
 )
-from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.agents.evaluation.runner import write_summary_files
 from hopgym.envs.env_options import env_class
 from hopgym.envs.toolhop.protocols import get_protocol
 from hopgym.envs.toolhop.scoring import episode_correct, get_scorer
 from hopgym.errors import ConfigError, DataError
+from hopgym.run_folder import exists, read_json, write_json
 
 
 def _run_identity(folder: Path) -> dict[str, Any]:

@@ -50,13 +50,13 @@ from hopgym.agents.evaluation.records import (
     lock_run_folder,
     read_episodes,
 )
-from hopgym.agents.evaluation.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.evaluation.training_record import overlap_warning
 from hopgym.agents.policies.registry import check_agent_for_env
 from hopgym.envs.chat import chat_env
 from hopgym.envs.env_options import check_env_options
 from hopgym.errors import ConfigError, one_line
+from hopgym.run_folder import check_files, exists, read_json, write_json, write_text
 from hopgym.tasks.sampling import stratified_sample, task_stratum
 
 EXECUTORS = ("local", "ray")

@@ -14,13 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from statistics import fmean
 from typing import Any
 
-import gymnasium as gym
-
 from hopgym.agents.evaluation.records import AGENT_COUNTS, EpisodeRecord
 from hopgym.agents.evaluation.stats import mean_interval, pass_k_table, per_task_means
 from hopgym.agents.model.cost import token_cost
 from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
-from hopgym.envs.chat import chat_env
 from hopgym.envs.toolhop.metrics import table4_metrics
 
 # (label, key, kind): "pct" values are fractions shown ×100, "usd" dollars to the micro-dollar, "num"
@@ -63,12 +60,6 @@ def episode_values(record: EpisodeRecord) -> dict[str, float]:
         if isinstance(value, (int, float)):  # as in _episode_metric_means: None is not applicable
             values[key] = float(value)
     return values
-
-
-def paper_metrics(env: gym.Env) -> tuple[str, ...]:
-    """The keys of ``env``'s terminal ``info["metrics"]`` that are its paper's per-episode columns, as the env
-    declares them (``ChatToolEnv.paper_metrics``)."""
-    return tuple(chat_env(env).paper_metrics)
 
 
 def table4(records: Iterable[EpisodeRecord]) -> dict[str, Any]:

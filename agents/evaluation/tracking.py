@@ -29,9 +29,9 @@ from hopgym.agents.evaluation.records import (
     EpisodeRecord,
     read_episodes,
 )
-from hopgym.agents.evaluation.run_folder import read_document, read_json
 from hopgym.agents.evaluation.summary import episode_values
 from hopgym.errors import ConfigError, DataError, TrackingError, error_text
+from hopgym.run_folder import read_document, read_json
 
 TRACKERS = ("mlflow", "wandb")
 """Each tracker's name is the module it needs (both in the ``tracking`` extra)."""

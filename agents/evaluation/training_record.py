@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from hopgym.agents.evaluation.run_folder import exists, read_json, write_json
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError, DataError
+from hopgym.run_folder import exists, read_json, write_json
 
 TRAINING_RECORD = "training-tasks.json"
 FORMAT = 1

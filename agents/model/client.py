@@ -7,8 +7,9 @@ seconds of CPU to import (about 6 s here, per process), so it is imported only f
 and then offline (no cost-map fetch). The client does its own retrying (the clients' built-in retries are
 off) so the count is exact and every retry is visible in the episode record. Given several servers of one
 model (``api_base`` a tuple), it balances requests over them and leaves a failing one out for a while
-(:class:`Endpoints`). Each attempt has a total deadline (``timeout``) that hopgym enforces itself, and
-reads at most ``max_reply_bytes`` of the reply (:mod:`~hopgym.agents.model.reply_limit`), on both routes.
+(:class:`~hopgym.serving.endpoints.Endpoints`). Each attempt has a total deadline (``timeout``) that hopgym
+enforces itself, and reads at most ``max_reply_bytes`` of the reply (:mod:`~hopgym.agents.model.reply_limit`),
+on both routes.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any, Literal, get_args
 
 from hopgym.errors import ConfigError, ModelError, ReplyRefusedError, one_line
 from hopgym.messages import ToolCall, tool_call
+from hopgym.serving.endpoints import Endpoints
 
 # Keys of an OpenAI chat message that servers accept; anything else (e.g. CodeAct's "code") is dropped.
 _MESSAGE_KEYS = ("role", "content", "tool_calls", "tool_call_id", "name")
@@ -311,48 +313,6 @@ def _move_reasoning_out_of_content(message: Any) -> None:
     match = _LEADING_REASONING.match(message.content or "")
     if match:
         message.reasoning_content, message.content = match.group(1), match.group(2)
-
-
-class Endpoints:
-    """The servers of one model. Each request goes to the server with the fewest requests in flight among
-    those not cooling down (ties in turn); a server that failed transiently cools down, and is tried again
-    once that is over. When every server is cooling down, the one that recovers first is used."""
-
-    def __init__(self, bases: Sequence[str | None], cooldown: float, cooldown_max: float) -> None:
-        self.bases = tuple(bases)
-        self._cooldown = cooldown
-        self._cooldown_max = cooldown_max
-        self._in_flight = [0] * len(self.bases)
-        self._failures = [0] * len(self.bases)
-        self._down_until = [0.0] * len(self.bases)
-        self._turn = 0
-
-    def acquire(self) -> int:
-        """The index of the server for the next request; pair with :meth:`release`."""
-        count = len(self.bases)
-        now = time.monotonic()
-        candidates = [i for i in range(count) if self._down_until[i] <= now]
-        if not candidates:
-            candidates = [min(range(count), key=self._down_until.__getitem__)]
-        choice = min(candidates, key=lambda i: (self._in_flight[i], (i - self._turn) % count))
-        self._turn = (choice + 1) % count
-        self._in_flight[choice] += 1
-        return choice
-
-    def release(self, index: int, failed: bool) -> None:
-        self._in_flight[index] -= 1
-        if not failed:
-            self._failures[index] = 0
-            self._down_until[index] = 0.0
-            return
-        self._failures[index] += 1
-        cooldown = min(self._cooldown_max, self._cooldown * 2 ** (self._failures[index] - 1))
-        self._down_until[index] = time.monotonic() + cooldown
-
-    def any_available(self) -> bool:
-        """Whether some server is not cooling down (a retry can go there at once)."""
-        now = time.monotonic()
-        return any(until <= now for until in self._down_until)
 
 
 class ModelClient:

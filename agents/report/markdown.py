@@ -18,7 +18,6 @@ from typing import Any
 from hopgym.agents.evaluation.feedback_flips import feedback_flips
 from hopgym.agents.evaluation.provenance import comparison_warnings, incomplete_note
 from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILE, EpisodeRecord, read_episode_file
-from hopgym.agents.evaluation.run_folder import exists, read_json
 from hopgym.agents.evaluation.stats import mean_interval, per_task_means
 from hopgym.agents.evaluation.summary import feedback_applies, markdown_table, run_title, summarize, table4
 from hopgym.agents.report.paired_table import paired_markdown
@@ -26,6 +25,7 @@ from hopgym.agents.report.plots import grouped_bars
 from hopgym.envs.calls import INVOCATION_ERROR_TYPES
 from hopgym.envs.env_options import env_creator
 from hopgym.errors import ConfigError, DataError
+from hopgym.run_folder import exists, read_json
 
 REPORT_FILE = "report.md"
 Series = dict[str, list[float | None]]

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILE, read_episodes
-from hopgym.agents.evaluation.run_folder import read_json
 from hopgym.envs.env_options import env_class
 from hopgym.errors import ConfigError
+from hopgym.run_folder import read_json
 
 
 def paper_tables_for_run(out: Path) -> str | None:

@@ -16,10 +16,10 @@ from typing import Any
 
 from hopgym.agents.evaluation.provenance import incomplete_note
 from hopgym.agents.evaluation.records import EPISODES_FILE, RUN_FILES, EpisodeRecord
-from hopgym.agents.evaluation.run_folder import open_in_folder
 from hopgym.agents.evaluation.summary import run_title
 from hopgym.agents.report.markdown import Run, load_run
 from hopgym.errors import HopgymError, error_text, one_line
+from hopgym.run_folder import open_in_folder
 
 OUTLINE_TEXT_LIMIT = 200
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from hopgym.agents.evaluation.run_folder import json_bytes
 from hopgym.agents.report.markdown import run_names
 from hopgym.agents.report.run_source import (
     OUTLINE_TEXT_LIMIT,
@@ -43,6 +42,7 @@ from hopgym.agents.report.run_source import (
     outcome,
 )
 from hopgym.errors import ConfigError, HopgymError, RequestError, one_line
+from hopgym.run_folder import json_bytes
 
 __all__ = [
     "OUTLINE_TEXT_LIMIT",

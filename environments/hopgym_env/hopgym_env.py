@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from hopgym.agents.adapters import verifiers_env
+from hopgym.serving import verifiers_env
 
 
 def load_environment(env: str = "ToolHop-v0", **env_kwargs: Any) -> Any:

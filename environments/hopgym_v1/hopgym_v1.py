@@ -2,8 +2,8 @@
 
 verifiers imports a taskset by a top-level module name and takes the Taskset and Harness classes it exports
 in ``__all__`` (the harness becomes the taskset's default); the classes are
-:mod:`hopgym.agents.adapters.verifiers_v1`'s."""
+:mod:`hopgym.serving.verifiers_v1`'s."""
 
-from hopgym.agents.adapters.verifiers_v1 import HopgymHarness, HopgymTaskset
+from hopgym.serving.verifiers_v1 import HopgymHarness, HopgymTaskset
 
 __all__ = ["HopgymHarness", "HopgymTaskset"]

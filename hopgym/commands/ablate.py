@@ -49,9 +49,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.ablation import ABLATIONS, ablation_markdown, run_ablation
     from hopgym.agents.evaluation.records import EPISODES_FILE, read_episodes
-    from hopgym.agents.evaluation.run_folder import write_text
     from hopgym.agents.evaluation.runner import run_verdict
     from hopgym.agents.evaluation.tracking import Tracker, log_run
+    from hopgym.run_folder import write_text
 
     name = args.ablation
     setting = ABLATIONS[name].setting

@@ -58,9 +58,9 @@ def _paired(runs: list[Run]) -> dict[str, Any]:
 
 def run(args: argparse.Namespace) -> int:
     from hopgym.agents.evaluation.provenance import comparison_warnings
-    from hopgym.agents.evaluation.run_folder import json_bytes
     from hopgym.agents.evaluation.summary import markdown_table, run_title
     from hopgym.agents.report.markdown import load_run, run_labels
+    from hopgym.run_folder import json_bytes
 
     if args.paired and len(args.runs) != 2:
         raise ConfigError(f"--paired compares exactly two run folders, A B; got {len(args.runs)}")

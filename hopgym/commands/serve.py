@@ -19,7 +19,7 @@ from hopgym.commands.model_arguments import model_argument
 from hopgym.errors import ConfigError, ModelError
 
 if TYPE_CHECKING:
-    from hopgym.agents.evaluation.rollouts import RolloutsFactory
+    from hopgym.serving.rollouts import RolloutsFactory
 
 API_KEY_VARIABLE = "HOPGYM_SERVE_API_KEY"
 KEY_FILE_LIMIT = 4096
@@ -34,11 +34,16 @@ minutes. A dropped connection needs no timeout: uvicorn's WebSocket pings (every
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
-        "serve", help="start a model server or an env server and wait until it is stopped"
+        "serve",
+        help="start a model server or an env server and wait until it is stopped",
+        description="Model servers (an agent's model, for hopgym eval --model / --api-base): local, vllm, "
+        "scripted. Env servers (envs for trainers and harnesses elsewhere, for --env-url): env, fleet.",
     )
     servers = parser.add_subparsers(dest="server", required=True, metavar="SERVER")
 
-    local = servers.add_parser("local", help="the embedded SmolLM2-135M-Instruct on llama-cpp-python")
+    local = servers.add_parser(
+        "local", help="model server: the embedded SmolLM2-135M-Instruct on llama-cpp-python"
+    )
     local.add_argument("--port", type=int, help="port on 127.0.0.1 (default: a free one)")
     local.add_argument("--n-ctx", type=int, default=8192, help="context length in tokens (default: 8192)")
     local.add_argument(
@@ -51,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     vllm = servers.add_parser(
         "vllm",
-        help="vLLM's OpenAI-compatible server for MODEL, with automatic tool choice",
+        help="model server: vLLM's OpenAI-compatible server for MODEL, with automatic tool choice",
         description="Starts `vllm serve MODEL` with automatic tool choice and the tool-call parser of the "
         "model's family, prints the --model and --api-base to pass to hopgym eval, and waits until stopped. "
         "Example: hopgym serve vllm Qwen/Qwen2.5-7B-Instruct",
@@ -67,7 +72,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     scripted = servers.add_parser(
         "scripted",
-        help="a mock OpenAI server for smoke tests without a model",
+        help="model server: a mock OpenAI server for smoke tests without a model",
         description="Answers every chat request by a fixed policy: while no tool result is in the "
         "conversation it calls the first offered tool with placeholder arguments, then it answers with "
         "the last tool result (or 'unknown'). Deterministic, instant, any env and agent.",
@@ -77,7 +82,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     env = servers.add_parser(
         "env",
-        help="an env as an OpenEnv server (WebSocket sessions at /ws; needs hopgym[serve])",
+        help="env server: an env as an OpenEnv server (WebSocket sessions at /ws; needs hopgym[serve])",
         description="Serves the env over OpenEnv's protocol (openenv; MCP tools): each WebSocket session "
         "at /ws gets its own env, closed with its sandbox workers when the session ends or drops. Clients "
         "choose tasks (reset task_id= or index=) and send actions; the env and its kwargs are fixed here.",
@@ -282,7 +287,7 @@ def serve_env(args: argparse.Namespace) -> int:
     check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
     raise_open_file_limit(args.max_sessions)
     try:
-        from hopgym.agents.adapters.openenv_server import ServedEnv, env_app, serving, uvicorn_server
+        from hopgym.serving.openenv_server import ServedEnv, env_app, serving, uvicorn_server
     except ImportError as exc:
         raise ConfigError(
             f"hopgym serve env needs the serve extra: pip install 'hopgym[serve]' ({exc})"
@@ -324,7 +329,7 @@ def serve_fleet(args: argparse.Namespace) -> int:
     env_kwargs = env_kwargs_from(args)
     check_env_options(args.env, env_kwargs)
     try:
-        from hopgym.agents.adapters.ray_fleet import EnvFleet
+        from hopgym.serving.ray_fleet import EnvFleet
     except ImportError as exc:
         raise ConfigError(f"hopgym serve fleet needs hopgym[serve,ray]: ({exc})") from exc
     with EnvFleet(
@@ -339,12 +344,12 @@ def serve_fleet(args: argparse.Namespace) -> int:
 def env_rollouts(args: argparse.Namespace) -> RolloutsFactory:
     """Where ``--env-url`` asks the episodes to play: in process, or on those servers, with the key of the
     variable ``hopgym serve env`` reads its own from."""
-    from hopgym.agents.evaluation.rollouts import Rollouts
+    from hopgym.serving.rollouts import Rollouts
 
     if not args.env_url:
         return Rollouts
     try:
-        from hopgym.agents.adapters.remote_rollouts import on_servers
+        from hopgym.serving.remote_rollouts import on_servers
     except ImportError as exc:
         raise ConfigError(f"--env-url needs the serve extra: pip install 'hopgym[serve]' ({exc})") from exc
     return on_servers(args.env_url, os.environ.get(API_KEY_VARIABLE) or None)

@@ -1,7 +1,7 @@
 """hopgym's envs as Inspect (UK AISI) tasks:
 ``inspect eval hopgym/inspect/tasks.py@toolhop --model hopgym/MODEL``.
 
-Needs the ``inspect`` extra. The only place Inspect is imported (layer 4, beside agents/adapters: it adapts
+Needs the ``inspect`` extra. The only place Inspect is imported (agents' layer, above serving/: it adapts
 envs to an outside harness). :mod:`~hopgym.inspect.messages` converts messages, tools and actions,
 :mod:`~hopgym.inspect.solver` plays each sample as one hopgym episode (every tool call through the env's
 ``step`` and sandbox), :mod:`~hopgym.inspect.scorer` returns hopgym's score and the papers' columns, and

@@ -19,10 +19,10 @@ from inspect_ai.model import GenerateConfig, get_model
 from inspect_ai.solver import Generate, Solver, TaskState, solver
 
 from hopgym.agents.evaluation.episode_runner import episode_record
-from hopgym.agents.evaluation.rollouts import Rollouts
 from hopgym.errors import HopgymError, ModelError, error_text
 from hopgym.inspect.messages import action_of, chat_message, tool_choice, tool_info
 from hopgym.inspect.provider import NO_TOOL_CHOICE
+from hopgym.serving.rollouts import Rollouts
 
 EPISODE = "hopgym_episode"
 """The store key of the sample's episode record (its JSON, without the messages: those are the sample's)."""

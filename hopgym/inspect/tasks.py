@@ -19,13 +19,12 @@ from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.model import GenerateConfig
 
-from hopgym.agents.evaluation.rollouts import make_env, task_starts
-from hopgym.agents.evaluation.summary import paper_metrics
 from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
 from hopgym.inspect.messages import chat_message
 from hopgym.inspect.scorer import hopgym_score
 from hopgym.inspect.solver import EnvPool, play_episode
+from hopgym.serving.rollouts import make_env, task_starts
 
 
 def target_text(answer: Any) -> str:
@@ -57,7 +56,7 @@ def hopgym_task(
             for start in starts
         ]
         _, info = env.reset(options={"index": 0})
-        sampling, columns = dict(info.get("sampling") or {}), paper_metrics(env)
+        sampling, columns = dict(info.get("sampling") or {}), tuple(chat_env(env).paper_metrics)
     finally:
         env.close()
     return Task(

@@ -7,8 +7,8 @@ from __future__ import annotations
 import os
 import sys
 
-from hopgym.agents.adapters.openenv_server import ServedEnv, env_app
 from hopgym.cli import main as hopgym_main
+from hopgym.serving.openenv_server import ServedEnv, env_app
 
 ENV_VARIABLE = "HOPGYM_OPENENV_ENV"
 
