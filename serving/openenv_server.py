@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import resource
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -65,6 +66,30 @@ ALLOW_UNISOLATED_CODE = "--allow-unisolated-code"
 ObservationT = TypeVar("ObservationT", HopgymObservation, HopgymToolObservation)
 
 
+FILES_PER_SESSION = 16
+"""Open files one served session holds: 13 measured (its sandbox workers' pipes and process handles, its
+socket; docs/benchmarks.md, bench_serve_memory.py), with room."""
+FILES_BESIDE_SESSIONS = 256
+"""The server's own open files beside its sessions': listener, imports, logs, sessions still closing."""
+
+
+def raise_open_file_limit(max_sessions: int) -> None:
+    """Raise the soft open-file limit to what ``max_sessions`` sessions need, up to the hard limit, so a full
+    server does not fail a session past the 80th with "Too many open files" (the usual soft limit is 1,024);
+    a hard limit too low for them is a :class:`ConfigError` now, naming both ways out."""
+    needed = FILES_BESIDE_SESSIONS + FILES_PER_SESSION * max_sessions
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY or needed <= soft:
+        return
+    if hard != resource.RLIM_INFINITY and needed > hard:
+        fits = max(0, (hard - FILES_BESIDE_SESSIONS) // FILES_PER_SESSION)
+        raise ConfigError(
+            f"--max-sessions {max_sessions} needs about {needed} open files, and this process may open at "
+            f"most {hard} (its hard limit, `ulimit -Hn`): raise that limit or lower --max-sessions to {fits}"
+        )
+    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
+
+
 @dataclass
 class ServedEnv:
     """What the server serves: one env id and its kwargs, with a cap on the envs alive at once."""
@@ -93,7 +118,9 @@ class ServedEnv:
         """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
         server listens (unknown ids and kwargs: ``check_env_options``), and so does an env that runs the
         tasks' own tool code (``runs_task_code``: ToolTasks-v0) where the sandbox does not isolate the
-        files, unless allowed. Returns the sandbox isolation."""
+        files, unless allowed; the open-file limit the sessions need is raised first
+        (:func:`raise_open_file_limit`). Returns the sandbox isolation."""
+        raise_open_file_limit(self.max_sessions)
         env = make_env(self.env_id, self.env_kwargs)
         try:
             if chat_env(env).runs_task_code and not self.allow_unisolated_code and not isolates_files(env):

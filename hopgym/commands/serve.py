@@ -7,7 +7,6 @@ import argparse
 import contextlib
 import ipaddress
 import os
-import resource
 import socket
 import stat
 import sys
@@ -254,30 +253,6 @@ def read_key_file(path: str) -> str:
     return key
 
 
-FILES_PER_SESSION = 16
-"""Open files one served session holds: 13 measured (its sandbox workers' pipes and process handles, its
-socket; docs/benchmarks.md, bench_serve_memory.py), with room."""
-FILES_BESIDE_SESSIONS = 256
-"""The server's own open files beside its sessions': listener, imports, logs, sessions still closing."""
-
-
-def raise_open_file_limit(max_sessions: int) -> None:
-    """Raise the soft open-file limit to what ``max_sessions`` sessions need, up to the hard limit, so a full
-    server does not fail a session past the 80th with "Too many open files" (the usual soft limit is 1,024);
-    a hard limit too low for them is a :class:`ConfigError` now, naming both ways out."""
-    needed = FILES_BESIDE_SESSIONS + FILES_PER_SESSION * max_sessions
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY or needed <= soft:
-        return
-    if hard != resource.RLIM_INFINITY and needed > hard:
-        fits = max(0, (hard - FILES_BESIDE_SESSIONS) // FILES_PER_SESSION)
-        raise ConfigError(
-            f"--max-sessions {max_sessions} needs about {needed} open files, and this process may open at "
-            f"most {hard} (its hard limit, `ulimit -Hn`): raise that limit or lower --max-sessions to {fits}"
-        )
-    resource.setrlimit(resource.RLIMIT_NOFILE, (needed, hard))
-
-
 def serve_env(args: argparse.Namespace) -> int:
     from hopgym.envs.env_options import check_env_options
 
@@ -285,7 +260,6 @@ def serve_env(args: argparse.Namespace) -> int:
     check_exposure(args.host, api_key)
     env_kwargs = env_kwargs_from(args)
     check_env_options(args.env, env_kwargs)  # an unknown id or kwarg, before the slow imports below
-    raise_open_file_limit(args.max_sessions)
     try:
         from hopgym.serving.openenv_server import ServedEnv, env_app, serving, uvicorn_server
     except ImportError as exc:
