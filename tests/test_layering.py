@@ -351,3 +351,10 @@ def test_every_package_is_found_for_the_wheel():
     assert len(packages) > 15
     found = set(setuptools.find_packages(str(ROOT), include=find["include"]))
     assert packages <= found, f"not found by pyproject.toml's packages.find: {sorted(packages - found)}"
+
+
+def test_every_folder_of_the_package_is_in_the_images_build_context() -> None:
+    """.dockerignore lets only listed folders into the image build: a folder left out installs a package
+    without it (the container then fails on its first import)."""
+    allowed = {line[1:] for line in (ROOT / ".dockerignore").read_text().splitlines() if line.startswith("!")}
+    assert set(FOLDERS) <= allowed, f"add to .dockerignore: {sorted(set(FOLDERS) - allowed)}"
