@@ -18,8 +18,10 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import gymnasium as gym
 import pytest
@@ -323,6 +325,32 @@ def test_a_model_that_is_no_folder_here_and_no_hub_id_is_named_as_both(tmp_path)
     assert "a model is a folder hopgym wrote" in done.stderr
 
 
+def start_training(
+    out: Path, model: Path, until: Callable[[], bool], what: str, **popen: Any
+) -> subprocess.Popen:
+    """``hopgym train grpo`` (:func:`_train_arguments`) in a subprocess, once ``until()`` holds (``what``
+    names it in the failure); a run that exits first fails the test with its stderr."""
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
+    process = subprocess.Popen(
+        [sys.executable, "-m", "hopgym.cli", *_train_arguments(model, out)],
+        env=environment,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        **popen,
+    )
+    deadline = time.monotonic() + 300
+    try:
+        while not until():
+            assert process.poll() is None, process.stderr.read().decode()[-3000:] if process.stderr else ""
+            assert time.monotonic() < deadline, f"no {what} within 300 s"
+            time.sleep(0.02)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    return process
+
+
 def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(tmp_path, tiny_model, capsys):
     """SIGKILL to ``hopgym train grpo`` once checkpoint-1 is complete (mid step 2, or mid its checkpoint):
     ``--resume`` continues from the last complete checkpoint; the log holds steps 1..4 once each, step 1's
@@ -331,19 +359,9 @@ def test_a_run_killed_after_its_first_checkpoint_resumes_with_its_steps_and_log(
     from hopgym.cli import main
 
     out = tmp_path / "run"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hopgym.cli", *_train_arguments(tiny_model, out)],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    checkpoint = out / "checkpoint-1" / "trainer_state.json"
+    process = start_training(out, tiny_model, checkpoint.is_file, "first checkpoint")
     try:
-        deadline = time.monotonic() + 300
-        while not (out / "checkpoint-1" / "trainer_state.json").is_file():
-            assert process.poll() is None, process.stderr.read().decode()[-3000:] if process.stderr else ""
-            assert time.monotonic() < deadline, "no first checkpoint within 300 s"
-            time.sleep(0.05)
         first_line = (out / "steps.jsonl").read_text().splitlines()[0]
         process.send_signal(signal.SIGKILL)
     finally:
@@ -371,20 +389,15 @@ def test_sigint_stops_a_run_started_with_sigint_ignored_within_its_step_and_it_r
     from hopgym.cli import main
 
     out = tmp_path / "run"
-    environment = {**os.environ, "PYTHONPATH": str(ROOT), "TRL_EXPERIMENTAL_SILENCE": "1"}
-    process = subprocess.Popen(
-        [sys.executable, "-m", "hopgym.cli", *_train_arguments(tiny_model, out)],
-        env=environment,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
+    log = out / "steps.jsonl"
+    process = start_training(
+        out,
+        tiny_model,
+        lambda: log.is_file() and bool(log.read_text().strip()),
+        "first step logged",
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN),  # as `hopgym ... &` in a script
     )
     try:
-        deadline = time.monotonic() + 300
-        while not (out / "steps.jsonl").is_file() or not (out / "steps.jsonl").read_text().strip():
-            assert process.poll() is None, process.stderr.read().decode()[-3000:] if process.stderr else ""
-            assert time.monotonic() < deadline, "no first step logged within 300 s"
-            time.sleep(0.02)
         logged = len((out / "steps.jsonl").read_text().splitlines())
         process.send_signal(signal.SIGINT)
         _, errors = process.communicate(timeout=300)
