@@ -13,7 +13,8 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 DOCUMENTS = (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md")))
 _BLOCK = re.compile(
     r"^(?:<!-- doc-test: (?P<marker>.+?) -->\n)?```(?P<lang>\w*)\n(?P<text>.*?)^```$", re.M | re.S

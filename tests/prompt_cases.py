@@ -7,10 +7,11 @@ The fixture was written from the prompts as Python strings, before they moved in
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
-FIXTURE = Path(__file__).resolve().parent / "fixtures" / "prompts_rendered.json"
+from tests.paths import FIXTURES
+
+FIXTURE = FIXTURES / "prompts_rendered.json"
 
 TOOLS = [
     {

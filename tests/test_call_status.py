@@ -6,7 +6,6 @@ metrics or the checker."""
 from __future__ import annotations
 
 import re
-from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -28,9 +27,10 @@ from hopgym.sandbox.base import CallStatus as SandboxStatus
 from hopgym.serving.mcp_tools import MCP_ERROR_TYPES, mcp_error_type
 from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.train.rewards import DEFAULT_CALL_WEIGHTS, ShapedReward
+from tests.paths import FIXTURES
 from tests.test_layering import ROOT, hopgym_imports, module_name, package_files
 
-FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
+FIXTURE = FIXTURES / "toolhop" / "official_sample.json"
 
 
 def test_call_status_is_the_list_of_the_contract_in_its_order() -> None:

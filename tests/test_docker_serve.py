@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.extras import require_extra
+from tests.paths import ROOT
 
 require_extra("openenv.core", "serve")
 require_extra("docker", "docker")
@@ -36,7 +37,6 @@ from tests.test_serve_env import in_process, outcome, over_the_server, policy  #
 
 pytestmark = pytest.mark.docker
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("HOPGYM_DATA", "/nonexistent"))
 BASE_IMAGE = os.environ.get("HOPGYM_BASE_IMAGE", "hopgym-base:bookworm")
 IMAGE = "hopgym-serve:test"

@@ -28,8 +28,8 @@ from hopgym.envs.env_options import env_class
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
 from tests.extras import require_extra
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV_ID = "DoubleRiddle-v0"
 PLAN = "PLAN: double the number"
 PLAN_TURN = "plan"

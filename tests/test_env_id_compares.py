@@ -5,11 +5,10 @@ treated as that one without a new branch."""
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 from hopgym import ENV_IDS
+from tests.paths import ROOT
 
-ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("hopgym", "agents", "envs", "tasks", "sandbox", "train", "benchmarks", "environments")
 REGISTRY = ROOT / "hopgym" / "__init__.py"
 IDS = {*ENV_IDS, *(f"hopgym:{env_id}" for env_id in ENV_IDS)}

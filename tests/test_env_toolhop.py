@@ -7,7 +7,6 @@ parity suite tests/test_toolhop_parity.py.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -18,10 +17,11 @@ from hopgym.envs.feedback import MINIMAL_HINT
 from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.errors import ConfigError, HopgymError
 from hopgym.sandbox import make_sandbox
+from tests.paths import FIXTURES
 from tests.shared_data import SUBSET, needs_data
 
-FIXTURES = Path(__file__).parent / "fixtures" / "toolhop"
-MISBEHAVING = FIXTURES / "misbehaving.jsonl"
+TOOLHOP_FIXTURES = FIXTURES / "toolhop"
+MISBEHAVING = TOOLHOP_FIXTURES / "misbehaving.jsonl"
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 
 

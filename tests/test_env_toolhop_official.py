@@ -24,12 +24,13 @@ from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop import hub, official
 from hopgym.tasks.toolhop.loader import read_rows
 from hopgym.tasks.toolhop.official import official_prompt_templates, prompt_templates_from_source
+from tests.paths import FIXTURES, TESTS
 from tests.shared_data import DATA, SUBSET, needs_data
 
-FIXTURES = Path(__file__).parent / "fixtures" / "toolhop"
-QUIRKS = FIXTURES / "official_quirks.jsonl"
+TOOLHOP_FIXTURES = FIXTURES / "toolhop"
+QUIRKS = TOOLHOP_FIXTURES / "official_quirks.jsonl"
 OFFICIAL = DATA / "toolhop" / "official" / "evaluation_closed.py"
-RUNNER = Path(__file__).with_name("official_toolhop.py")
+RUNNER = TESTS / "official_toolhop.py"
 needs_official = needs_data("toolhop/official/evaluation_closed.py")
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -11,8 +10,9 @@ from hopgym.envs.feedback import MINIMAL_HINT, is_error_value, outcome_of, shown
 from hopgym.envs.validation import ToolValidator
 from hopgym.sandbox.base import CallResult
 from hopgym.tasks.toolhop.loader import load_toolhop
+from tests.paths import FIXTURES
 
-FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
+FIXTURE = FIXTURES / "toolhop" / "official_sample.json"
 
 
 @pytest.fixture(scope="module")

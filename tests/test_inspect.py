@@ -57,9 +57,9 @@ from hopgym.inspect.solver import EPISODE, EnvPool, play_episode  # noqa: E402
 from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noqa: E402
 from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 CALL_IDS = ("id", "tool_call_id")
 """The scripted server numbers its calls in the order requests come: two runs' ids differ."""
 TASKS = {"ToolHop-v0": toolhop, "FamilyTool-v0": familytool, "KGTool-v0": kgtool}

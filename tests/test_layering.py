@@ -13,7 +13,8 @@ import pytest
 import setuptools
 import tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.paths import ROOT
+
 LAYERS = {
     "hopgym": 0,
     "hopgym.errors": 0,

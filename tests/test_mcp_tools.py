@@ -5,7 +5,6 @@ with the same OpenAI call, and the env still working after every failure."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +21,9 @@ from hopgym.serving.mcp_tools import (
     mcp_error_type,
     mcp_tools,
 )
+from tests.paths import FIXTURES
 
-MISBEHAVING = Path(__file__).parent / "fixtures" / "toolhop" / "misbehaving.jsonl"
+MISBEHAVING = FIXTURES / "toolhop" / "misbehaving.jsonl"
 
 
 @pytest.fixture(scope="module")

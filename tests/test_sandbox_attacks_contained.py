@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-ATTACKS = REPO / "tests" / "attacks"
+from tests.paths import ROOT
+
+ATTACKS = ROOT / "tests" / "attacks"
 ATTACK_FILES = sorted(path.name for path in ATTACKS.glob("test_*.py"))
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 LIMITS = {"pids": {"pids.max": "512"}, "memory": {"memory.limit_in_bytes": str(3 << 30)}}
@@ -81,7 +82,7 @@ def test_attack_suite_passes_contained(cgroups: list[Path], attack_file: str) ->
     command += [str(ATTACKS / attack_file), "-q", "-p", "no:cacheprovider", "-o", "addopts="]
     completed = subprocess.run(
         command,
-        cwd=REPO,
+        cwd=ROOT,
         env={**os.environ, "HOPGYM_ATTACKS_CONTAINED": "1"},
         preexec_fn=join_cgroups,
         capture_output=True,

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from tests.paths import ROOT
+
 SCENARIO = r"""
 import os, signal, subprocess, time
 from hopgym.sandbox import make_sandbox
@@ -57,8 +58,8 @@ def test_the_pause_never_signals_a_process_that_took_the_workers_pid(tmp_path: P
     script.write_text(f"START = {start!r}\n{SCENARIO}")
     completed = subprocess.run(
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(script)],
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.getenv("PYTHONPATH")]))},
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.getenv("PYTHONPATH")]))},
         capture_output=True,
         text=True,
         timeout=300,

@@ -24,9 +24,9 @@ from hopgym.sandbox.process import ProcessSandbox
 from hopgym.sandbox.protocol import WorkerConnection
 from hopgym.tasks.tool_source import compile_tool_code
 from tests.extras import require_isolation
+from tests.paths import ROOT
 
 ISOLATED_LEVELS = ["bwrap", "namespaces"]
-REPO = Path(__file__).resolve().parents[1]
 
 
 @pytest.fixture(scope="module", params=ISOLATED_LEVELS)
@@ -317,7 +317,7 @@ def test_the_worker_sees_only_its_view(sandbox: Sandbox) -> None:
         "def probe(paths):\n    import os, decimal, statistics, xml.etree.ElementTree, sqlite3, ctypes\n"
         "    return [sorted(os.listdir('/')), [os.path.exists(path) for path in paths]]"
     )
-    hidden = [os.environ.get("HOPGYM_DATA", "/work"), str(REPO / "tasks"), os.path.expanduser("~/.cache")]
+    hidden = [os.environ.get("HOPGYM_DATA", "/work"), str(ROOT / "tasks"), os.path.expanduser("~/.cache")]
     sandbox.load([probe])
     result = sandbox.call("probe", {"paths": [*hidden, *view.binds]})
     assert result.status == "ok", result.error

@@ -16,9 +16,10 @@ from hopgym.tasks.tool_source import compile_tool_code, read_tool_source
 from hopgym.tasks.toolhop import hub
 from hopgym.tasks.toolhop.gold_calls import parse_gold_call
 from hopgym.tasks.toolhop.loader import load_toolhop
+from tests.paths import FIXTURES
 from tests.shared_data import SUBSET, needs_data
 
-FIXTURE = Path(__file__).parent / "fixtures" / "toolhop" / "official_sample.json"
+FIXTURE = FIXTURES / "toolhop" / "official_sample.json"
 DATA_ROOT = os.environ.get("HOPGYM_DATA")
 needs_subset = needs_data("toolhop/toolhop_subset100.jsonl")
 

@@ -27,6 +27,7 @@ from hopgym.envs.toolhop.env import ToolHopEnv
 from hopgym.envs.toolhop.metrics import table4_metrics
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop.loader import read_rows, task_from_row
+from tests.paths import TESTS
 from tests.shared_data import DATA, SUBSET, needs_data
 
 pytestmark = [
@@ -34,7 +35,7 @@ pytestmark = [
     needs_data("toolhop/official/evaluation_closed.py"),
 ]
 
-RUNNER = Path(__file__).with_name("official_toolhop.py")
+RUNNER = TESTS / "official_toolhop.py"
 OFFICIAL_SCENARIO = {"direct": "Direct", "mandatory": "Mandatory", "free": "Free"}
 LEAKING_TOOLS = {("toolhop-033", "play_film_music_search"), ("toolhop-071", "historical_rank_finder")}
 """Tools that use the official script's module global ``datetime`` (a deliberate difference, tested in

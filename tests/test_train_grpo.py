@@ -40,6 +40,7 @@ from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from tests.extras import TORCH_GROUP, unavailable  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 from tests.tiny_model import save_tiny_model  # noqa: E402
 
@@ -47,7 +48,6 @@ from tests.tiny_model import save_tiny_model  # noqa: E402
 # that use them, so that the xdist workers not running this module do not load them while collecting.
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
-ROOT = Path(__file__).resolve().parent.parent
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
 STAGES = (TrainingStage("grpo", "KGTool-v0", ENV_KWARGS, None, "entity", ("family-e-1p-s0-00000",)),)

@@ -17,9 +17,9 @@ from tests.extras import require_extra
 require_extra("verifiers", "verifiers")
 
 from hopgym.cli import main  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 ENV_MODULE = ROOT / "environments" / "hopgym_env"
 ROWS = 4
 PAPER_COLUMNS = {

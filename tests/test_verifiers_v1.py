@@ -36,9 +36,9 @@ from hopgym.serving.verifiers_v1 import (  # noqa: E402
     replay,
 )
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
+from tests.paths import ROOT  # noqa: E402
 from tests.test_serve_scripted import served  # noqa: E402
 
-ROOT = Path(__file__).resolve().parent.parent
 TASKSET_MODULE = ROOT / "environments" / "hopgym_v1"
 
 
