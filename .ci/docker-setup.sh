@@ -57,7 +57,7 @@ fi
 
 make --silent .venv/.installed >/dev/null
 .venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host | tail -n 3
-# The serve stage too, under the tag tests/test_docker_serve.py builds: its dependency layers (hopgym's and the
+# The serve stage too, under the tag tests/serving/test_docker_serve.py builds: its dependency layers (hopgym's and the
 # [serve] extra's, minutes of pip) are set up here like the sandbox image, so the test rebuilds only the source.
 .venv/bin/hopgym sandbox build --base "$BASE_IMAGE" --network host --target serve --tag hopgym-serve:test | tail -n 1
 # The stages no image is built FROM (their files are copied out) are the cache of their minutes of pip: tagged,

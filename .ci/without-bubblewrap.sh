@@ -17,7 +17,10 @@ for dir in "${dirs[@]}"; do
 done
 PATH="$bin" command -v bwrap >/dev/null && { echo "bwrap is still on the trimmed PATH" >&2; exit 1; }
 
-mapfile -t files < <(grep -lE 'bwrap|require_isolation' tests/test_*.py; echo tests/test_sandbox_attacks_contained.py)
+mapfile -t files < <(
+    { grep -rlE --include='test_*.py' --exclude-dir=attacks 'bwrap|require_isolation' tests
+      echo tests/sandbox/test_sandbox_attacks_contained.py; } | sort -u
+)
 report="$(mktemp)"
 trap 'rm -rf "$bin" "$report"' EXIT
 status=0

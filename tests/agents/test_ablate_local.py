@@ -2,8 +2,8 @@
 then the report over its runs. Kept small (one task, two turns, short replies) for 2-core CI. Its three
 arms reach the server three ways (no tools, tools required, tools offered). The feedback ablation's two
 arms differ only in the tool results' wording and the frameworks ablation's arms are the three agents, each
-run on the local model by tests/test_model_local.py; their Table 5 and Table 11 are checked on scripted
-runs (tests/test_ablate_scripted.py)."""
+run on the local model by tests/agents/test_model_local.py; their Table 5 and Table 11 are checked on scripted
+runs (tests/agents/test_ablate_scripted.py)."""
 
 from __future__ import annotations
 

@@ -29,7 +29,7 @@ SEARCH = 'KG.search(start="Bob", path=["<relationship>mom","<relationship>prefer
 MOTHER = "([['Bob', 'mother', 'Alice'], ['Alice', 'prefer_dinnertime', 'dinnertime_0002']])"
 FATHER = "([['Bob', 'father', 'Jack'], ['Jack', 'prefer_dinnertime', 'dinnertime_0001']])"
 GOLD_CALL = '<tool_call>\n{"name": "cancel_alarm", "arguments": {"label": "dinnertime_0002"}}\n</tool_call>'
-# Hand-computed extraction per mode (see tests/test_agents_kgetool_extraction.py for the walks).
+# Hand-computed extraction per mode (see tests/agents/test_agents_kgetool_extraction.py for the walks).
 EXPECTED = {
     "exact": "<bad_extract>",
     "greedy": f"{MOTHER}<bad_extract>{FATHER}<bad_extract>",

@@ -58,7 +58,7 @@ from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noq
 from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.test_serve_scripted import served  # noqa: E402
+from tests.serving.test_serve_scripted import served  # noqa: E402
 
 CALL_IDS = ("id", "tool_call_id")
 """The scripted server numbers its calls in the order requests come: two runs' ids differ."""

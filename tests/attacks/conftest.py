@@ -1,6 +1,6 @@
 """Hostile-code tests, parametrized by sandbox backend. They run only contained (their own PID namespace and
-a pids/memory cgroup), launched by ``tests/test_sandbox_attacks_contained.py``; collected any other way they
-are skipped, so a sandbox regression cannot fork-bomb or kill the machine that runs the suite."""
+a pids/memory cgroup), launched by ``tests/sandbox/test_sandbox_attacks_contained.py``; collected any other
+way they are skipped, so a sandbox regression cannot fork-bomb or kill the machine that runs the suite."""
 
 from __future__ import annotations
 

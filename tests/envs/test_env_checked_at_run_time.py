@@ -28,7 +28,7 @@ from hopgym.serving.rollouts import make_env
 from tests.extras import require_extra
 from tests.test_env_declares import ENV_ID, RiddleEnv
 
-MODULE = "tests.test_env_checked_at_run_time"
+MODULE = "tests.envs.test_env_checked_at_run_time"
 
 
 class LosesTurn(RiddleEnv):
@@ -136,7 +136,7 @@ def test_serve_env_answers_a_session_whose_env_broke_a_rule_with_the_rule_and_ke
 
     from hopgym.serving.openenv_client import HopgymEnvClient
     from hopgym.serving.openenv_types import HopgymAction
-    from tests.test_serve_env import served_in_thread
+    from tests.serving.test_serve_env import served_in_thread
 
     async def session(url: str) -> list[str]:
         """A step the checker refuses, then a reset in the same session: both answered with the rule."""

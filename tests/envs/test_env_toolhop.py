@@ -1,7 +1,7 @@
 """ToolHop-v0 under protocol="hopgym" end to end: real subset, real sandbox, the docs/contracts.md contract.
 
-The official protocol (the default) has its own tests: tests/test_env_toolhop_official.py and the
-parity suite tests/test_toolhop_parity.py.
+The official protocol (the default) has its own tests: tests/envs/test_env_toolhop_official.py and the
+parity suite tests/envs/test_toolhop_parity.py.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ parameters, wrong types, enum values and documented null defaults, parallel call
 and final answers that are right, wrong, empty, missing, or right only in the tool message before them
 (the official second clause).
 The deliberate differences (docs/fidelity.md) are kept out of these trajectories and tested one by one
-in tests/test_env_toolhop_official.py.
+in tests/envs/test_env_toolhop_official.py.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ RUNNER = TESTS / "official_toolhop.py"
 OFFICIAL_SCENARIO = {"direct": "Direct", "mandatory": "Mandatory", "free": "Free"}
 LEAKING_TOOLS = {("toolhop-033", "play_film_music_search"), ("toolhop-071", "historical_rank_finder")}
 """Tools that use the official script's module global ``datetime`` (a deliberate difference, tested in
-tests/test_env_toolhop_official.py); the generated trajectories do not call them."""
+tests/envs/test_env_toolhop_official.py); the generated trajectories do not call them."""
 
 
 # -- trajectory generation ---------------------------------------------------------------------------

@@ -22,7 +22,7 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 
 from hopgym.serving.remote_rollouts import on_servers  # noqa: E402
-from tests.test_serve_env import READY, descendants, hopgym, in_process, policy, wait_until  # noqa: E402
+from tests.serving.test_serve_env import READY, descendants, hopgym, in_process, policy, wait_until  # noqa: E402
 
 EPISODES = 8
 
@@ -61,7 +61,8 @@ def alive(pid: int) -> bool:
 
 
 def as_played(rollout: Rollout) -> tuple[Any, ...]:
-    """A rollout as ``tests.test_serve_env.in_process`` gives an episode: reward, correct, calls, turns."""
+    """A rollout as ``tests.serving.test_serve_env.in_process`` gives an episode: reward, correct, calls,
+    turns."""
     calls = [(c["name"], c["arguments"], c["status"], c["errors"], c["feedback"]) for c in rollout.calls]
     return rollout.reward, rollout.info.get("correct"), calls, rollout.turns
 
@@ -195,7 +196,7 @@ def test_eval_through_an_env_server_records_what_eval_in_process_records(tmp_pat
     record names the server that played it."""
     from hopgym.agents.model.scripted_server import ScriptedModelServer
     from hopgym.cli import main
-    from tests.test_runner_scripted import read_records, solving_policy
+    from tests.agents.test_runner_scripted import read_records, solving_policy
 
     def kept(record: dict[str, Any]) -> tuple[Any, ...]:
         calls = [(c["name"], c["arguments"], c["status"], c["feedback"]) for c in record["calls"]]

@@ -19,7 +19,7 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 
 from hopgym.errors import EnvServerError  # noqa: E402
-from tests.test_serve_env import hopgym, served  # noqa: E402
+from tests.serving.test_serve_env import hopgym, served  # noqa: E402
 
 UNISOLATED = ["--env-arg", 'sandbox_options={"isolation": "none", "cgroup": "none"}']
 OPTION = "--allow-unisolated-code"

@@ -18,7 +18,7 @@ require_extra("verifiers", "verifiers")
 
 from hopgym.cli import main  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.test_serve_scripted import served  # noqa: E402
+from tests.serving.test_serve_scripted import served  # noqa: E402
 
 ENV_MODULE = ROOT / "environments" / "hopgym_env"
 ROWS = 4

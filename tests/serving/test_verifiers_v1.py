@@ -37,7 +37,7 @@ from hopgym.serving.verifiers_v1 import (  # noqa: E402
 )
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.test_serve_scripted import served  # noqa: E402
+from tests.serving.test_serve_scripted import served  # noqa: E402
 
 TASKSET_MODULE = ROOT / "environments" / "hopgym_v1"
 

@@ -3,7 +3,7 @@ tool calls run through the env, a real GRPO step on ToolHop tasks whose rewards 
 ``env.step``, and a run mixing three envs.
 
 Needs the ``train`` extra; outside CI the module skips naming the missing package, in CI it runs. On the
-torch xdist worker (``TORCH_GROUP``), as tests/test_train_grpo.py.
+torch xdist worker (``TORCH_GROUP``), as tests/train/test_train_grpo.py.
 """
 
 from __future__ import annotations
@@ -28,11 +28,11 @@ if MISSING and os.environ.get("CI") != "true":
 from hopgym.errors import ConfigError, HopgymError  # noqa: E402
 from hopgym.train.environments import EnvironmentSet, final_answer, mixed, tool_method  # noqa: E402
 from tests.extras import TORCH_GROUP  # noqa: E402
-from tests.test_train_grpo import tiny_model  # noqa: E402, F401 - the 2-layer model fixture
+from tests.train.test_train_grpo import tiny_model  # noqa: E402, F401 - the 2-layer model fixture
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 KGTOOL = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
-"""Short KGTool-v0 tasks (as tests/test_train_grpo.py's)."""
+"""Short KGTool-v0 tasks (as tests/train/test_train_grpo.py's)."""
 REPRESENTED = ("type", "description", "enum")
 """The keywords of a parameter's schema a Python type hint and a docstring line carry."""
 

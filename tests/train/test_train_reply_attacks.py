@@ -3,8 +3,8 @@
 and so out of the trainer's ``rollout_func``. Through the real rollout with SmolLM2's tokenizer, ToolHop-v0
 and its sandbox: each attack is a malformed reply recorded like any other, its batch's other episodes keep
 their rewards, and the next batch plays on the same envs; the 10,000 fuzzed replies of the eval parsers'
-fuzz (tests/test_model_output_fuzz.py) go through ``action`` without an exception, and every reply within
-hopgym's bounds reads exactly as TRL reads it. The fuzz costs about 10 s of CPU on 2 busy cores: 4 s
+fuzz (tests/agents/test_model_output_fuzz.py) go through ``action`` without an exception, and every reply
+within hopgym's bounds reads exactly as TRL reads it. The fuzz costs about 10 s of CPU on 2 busy cores: 4 s
 tokenizing the replies, 6 s parsing each twice (the action, and TRL's parser alone to compare)."""
 
 from __future__ import annotations
@@ -30,8 +30,8 @@ from hopgym.agents.policies.text_calls import parse_text_tool_calls  # noqa: E40
 from hopgym.envs.chat import checked_action  # noqa: E402
 from hopgym.model_text import MAX_JSON_DEPTH, valid_text  # noqa: E402
 from hopgym.run_folder import json_bytes  # noqa: E402
+from tests.agents.test_model_output_fuzz import PARSED_REPLIES, SEED, degenerate_replies  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
-from tests.test_model_output_fuzz import PARSED_REPLIES, SEED, degenerate_replies  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 END = "<|im_end|>"

@@ -6,7 +6,7 @@ malformed file is refused with an error naming it, before any episode runs, and 
 The eval runs the CLI end to end against a scripted model server whose litellm name, ``openai/scripted``,
 is also a folder in the working directory that holds the record: ``--model FOLDER --api-base URL``, a trained
 model served elsewhere (vLLM on a GPU machine, say) under its folder's name. Without ``--api-base`` such a
-folder is served by hopgym's checkpoint server (tests/test_eval_checkpoint.py)."""
+folder is served by hopgym's checkpoint server (tests/agents/test_eval_checkpoint.py)."""
 
 from __future__ import annotations
 
@@ -29,8 +29,8 @@ from hopgym.agents.evaluation.training_record import (
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
+from tests.agents.test_runner_scripted import TASKS, solving_policy
 from tests.shared_data import needs_data
-from tests.test_runner_scripted import TASKS, solving_policy
 
 pytestmark = needs_data("toolhop/toolhop_subset100.jsonl")
 
