@@ -36,7 +36,9 @@ def route(request: pytest.FixtureRequest) -> str:
 
 
 def client_for(server: ScriptedModelServer, route: str = "openai", **overrides) -> ModelClient:
-    options = {"timeout": 2.0, "max_retries": 3, "backoff_base": 0.01, **overrides}
+    # A deadline no busy machine reaches by accident (litellm's first request took over 2 s at load 6): an
+    # attempt that timed out would be retried and take the next scripted reply. The timeout test sets its own.
+    options = {"timeout": 60.0, "max_retries": 3, "backoff_base": 0.01, **overrides}
     client = ModelClient(
         ModelConfig("openai/scripted", api_base=server.api_base, api_key="sk-test", **options)
     )
@@ -57,9 +59,10 @@ def test_server_errors_and_rate_limits_are_retried_and_counted(route: str) -> No
 
 
 def test_a_timeout_is_retried(route: str) -> None:
-    replies = [ScriptedReply(content="late", delay=1.5), ScriptedReply(content="on time")]
+    # The late reply comes long after any deadline; the second, answered at once, has 2 s on a warm client.
+    replies = [ScriptedReply(content="late", delay=60), ScriptedReply(content="on time")]
     with ScriptedModelServer(sequence_script(replies)) as server:
-        reply = asyncio.run(client_for(server, route, timeout=0.5).complete(USER))
+        reply = asyncio.run(client_for(server, route, timeout=2.0).complete(USER))
     assert reply.message["content"] == "on time"
     assert reply.usage.retries == 1
 
