@@ -16,6 +16,8 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from hopgym.agents.model.scripted_server import ModelServerThread
+
 Behaviour = Callable[[dict[str, Any], socket.socket], None]
 
 MIB = 2**20
@@ -147,30 +149,10 @@ class _Server(socketserver.ThreadingTCPServer):
         self.lock = threading.Lock()
 
 
-class HostileModelServer:
+class HostileModelServer(ModelServerThread):
     """Context manager: serves ``behaviour`` to every request on a free port of 127.0.0.1."""
 
     model = "openai/hostile"
 
     def __init__(self, behaviour: Behaviour) -> None:
-        self._server = _Server(behaviour)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def api_base(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"http://{host}:{port}/v1"
-
-    @property
-    def requests(self) -> list[dict[str, Any]]:
-        with self._server.lock:
-            return list(self._server.requests)
-
-    def __enter__(self) -> HostileModelServer:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join()
+        super().__init__(_Server(behaviour))

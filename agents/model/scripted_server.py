@@ -14,7 +14,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol, Self
 
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call as openai_tool_call
@@ -185,19 +185,33 @@ class _ScriptedHTTPServer(ThreadingHTTPServer):
         }
 
 
-class ScriptedModelServer:
-    """Context manager: serves ``script`` on 127.0.0.1 (``port``, by default a free one) in a background
-    thread."""
+class RecordingServer(Protocol):
+    """A socketserver that keeps every chat request body it receives (``requests``, under ``lock``)."""
 
-    model = "openai/scripted"
+    requests: list[dict[str, Any]]
+    lock: threading.Lock
+    server_address: Any
 
-    def __init__(self, script: Script, port: int = 0) -> None:
-        self._server = _ScriptedHTTPServer(script, port)
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+    def serve_forever(self) -> None: ...
+    def shutdown(self) -> None: ...
+    def server_close(self) -> None: ...
+
+
+class ModelServerThread:
+    """Context manager: runs a :class:`RecordingServer` on 127.0.0.1 in a background thread for the length
+    of a ``with`` block. The scripted server below and the tests' hostile one are both this, with their own
+    socketserver."""
+
+    model: str
+    """The litellm model name a client asks this server for."""
+
+    def __init__(self, server: RecordingServer) -> None:
+        self._server = server
+        self._thread = threading.Thread(target=server.serve_forever, daemon=True)
 
     @property
     def api_base(self) -> str:
-        host, port = self._server.socket.getsockname()[:2]
+        host, port = self._server.server_address[:2]
         return f"http://{host}:{port}/v1"
 
     @property
@@ -206,7 +220,7 @@ class ScriptedModelServer:
         with self._server.lock:
             return list(self._server.requests)
 
-    def __enter__(self) -> ScriptedModelServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 
@@ -214,3 +228,13 @@ class ScriptedModelServer:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join()
+
+
+class ScriptedModelServer(ModelServerThread):
+    """Context manager: serves ``script`` on 127.0.0.1 (``port``, by default a free one) in a background
+    thread."""
+
+    model = "openai/scripted"
+
+    def __init__(self, script: Script, port: int = 0) -> None:
+        super().__init__(_ScriptedHTTPServer(script, port))
