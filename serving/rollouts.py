@@ -139,6 +139,9 @@ class Rollouts:
     async def close(self) -> None:
         """Wait for the env threads (envs still being made, steps still running), then close every env and
         its sandbox; no episode runs after this."""
+        if self._pool is None:  # nothing made: nothing to wait for (and no thread needed, even at exit)
+            self.shutdown()
+            return
         await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
 
     def _close_envs(self) -> None:
@@ -253,25 +256,3 @@ class Rollouts:
                 )
             )
         )
-
-
-@dataclass(frozen=True)
-class TaskStart:
-    """A task's first observation, as a trainer's dataset row is made from it."""
-
-    index: int
-    task_id: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-
-
-def task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> list[TaskStart]:
-    """The first observation and id of each task at ``indices`` (default: every task), from ``env``'s reset
-    on it: the prompt and tools an episode of the task starts with."""
-    starts = []
-    for index in range(len(chat_env(env).tasks)) if indices is None else indices:
-        observation, info = env.reset(options={"index": index})
-        messages = [dict(message) for message in observation["messages"]]
-        tools = [dict(tool) for tool in observation["tools"]]
-        starts.append(TaskStart(int(index), str(info["task_id"]), messages, tools))
-    return starts
