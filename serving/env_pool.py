@@ -12,6 +12,7 @@ server opens and releases from openenv's threads, and an asyncio waiter is woken
 from __future__ import annotations
 
 import asyncio
+import enum
 import logging
 import threading
 from collections.abc import Callable, Iterable
@@ -23,8 +24,11 @@ from hopgym.errors import ConfigError, EnvServerError
 
 logger = logging.getLogger(__name__)
 CLOSED = "this env pool was closed (its server or rollouts stopped); make a new one"
-_NEW = object()
-"""What :meth:`EnvPool._take` returns for a place the taker fills with a new env."""
+
+
+class _Place(enum.Enum):
+    NEW = "new"
+    """What :meth:`EnvPool._take` returns for a place the taker fills with a new env."""
 
 
 class EnvPool:
@@ -67,15 +71,15 @@ class EnvPool:
         with self._lock:
             return list(self._live)
 
-    def _take(self) -> object:
-        """Under the lock: an idle env, or :data:`_NEW` (a place now taken, for a new env), or None (full)."""
+    def _take(self) -> gym.Env | _Place | None:
+        """Under the lock: an idle env, ``_Place.NEW`` (a place now taken, for a new env), or None (full)."""
         if self._closed:
             raise EnvServerError(CLOSED)
         if self._idle:
             return self._idle.pop()
         if self._places < self._size:
             self._places += 1
-            return _NEW
+            return _Place.NEW
         return None
 
     def _make(self) -> gym.Env:
@@ -117,7 +121,7 @@ class EnvPool:
             raise EnvServerError(
                 f"at capacity: all {self._size} envs are in use ({self._cap_name}); try again later"
             )
-        return self._make() if taken is _NEW else taken
+        return self._make() if taken is _Place.NEW else taken
 
     async def acquire(self) -> gym.Env:
         """An env, made in the background threads if none is idle and the cap allows, else the next one
@@ -129,7 +133,7 @@ class EnvPool:
                 if taken is None:
                     waiter = loop.create_future()
                     self._waiters.append(waiter)
-            if taken is _NEW:
+            if taken is _Place.NEW:
                 return await self._made()
             if taken is not None:
                 return taken
