@@ -12,7 +12,8 @@ listens; a client chooses only tasks (``reset(task_id=... | index=..., seed=...)
 it sends reaches the data path, the sandbox options or another session. A bad reset option or action is a
 ``ConfigError`` / ``ActionError`` sent back as an error frame on that session only, which goes on.
 
-At most ``max_sessions`` envs exist at once: openenv refuses a WebSocket session beyond its cap (an error
+At most ``max_sessions`` envs are open at once (:class:`~hopgym.serving.env_pool.EnvPool`; a session's env
+gives its place back as its close starts): openenv refuses a WebSocket session beyond its cap (an error
 frame with code ``CAPACITY_REACHED``, then a close), and the plain HTTP ``/reset`` and ``/step`` routes,
 which openenv serves with a fresh env per request, take a place of the same cap while they run. A session
 whose client sends nothing for ``session_timeout`` seconds is closed (:class:`IdleClose`): its env and
@@ -25,7 +26,6 @@ import asyncio
 import contextlib
 import functools
 import resource
-import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -38,10 +38,11 @@ from pydantic import PrivateAttr
 
 from hopgym import __version__
 from hopgym.envs.chat import chat_env
-from hopgym.errors import ActionError, ConfigError, EnvServerError, HopgymError
+from hopgym.errors import ActionError, ConfigError, HopgymError
 from hopgym.serving.asgi_middleware import API_KEY_HEADER as API_KEY_HEADER  # kept importable here
 from hopgym.serving.asgi_middleware import IDLE_CLOSE_CODE as IDLE_CLOSE_CODE
 from hopgym.serving.asgi_middleware import ApiKeyGate, IdleClose, QuietClose
+from hopgym.serving.env_pool import EnvPool
 from hopgym.serving.mcp_tools import McpCallResult, McpTool, call_tool, mcp_tools
 from hopgym.serving.openenv_core import (
     CallToolAction,
@@ -103,16 +104,14 @@ class ServedEnv:
     allow_unisolated_code: bool = False
     """Run CodeAct code and ToolTasks tools even where the sandbox does not isolate the files (isolation
     ``none``): that code then reads whatever the workers' uid can (:data:`ALLOW_UNISOLATED_CODE`)."""
-    _places: threading.BoundedSemaphore = field(init=False)
-    _live: set[gym.Env] = field(init=False, default_factory=set)
-    _lock: threading.Lock = field(init=False, default_factory=threading.Lock)
+    pool: EnvPool = field(init=False)
+    """The sessions' envs: a new one per session, closed when it ends; none when all are taken."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_sessions, int) or self.max_sessions < 1:
-            raise ConfigError(f"--max-sessions must be a positive integer, got {self.max_sessions!r}")
         if self.session_timeout is not None and not self.session_timeout > 0:
             raise ConfigError(f"--session-timeout must be positive, got {self.session_timeout!r}")
-        self._places = threading.BoundedSemaphore(self.max_sessions)
+        make = functools.partial(make_env, self.env_id, self.env_kwargs)
+        self.pool = EnvPool(make, self.max_sessions, reuse=False, cap_name="--max-sessions")
 
     def check(self) -> str:
         """Make one env, reset it and close it: a bad kwarg value or missing data fails here, before the
@@ -134,38 +133,6 @@ class ServedEnv:
             return str(info.get("isolation"))
         finally:
             env.close()
-
-    def open(self) -> gym.Env:
-        """A new env, taking a place of the cap; :meth:`release` gives it back."""
-        if not self._places.acquire(blocking=False):
-            raise EnvServerError(
-                f"the server is at capacity ({self.max_sessions} envs, --max-sessions); try again later"
-            )
-        try:
-            env = make_env(self.env_id, self.env_kwargs)
-        except BaseException:
-            self._places.release()
-            raise
-        with self._lock:
-            self._live.add(env)
-        return env
-
-    def release(self, env: gym.Env) -> None:
-        with self._lock:
-            if env not in self._live:
-                return
-            self._live.discard(env)
-        try:
-            env.close()
-        finally:
-            self._places.release()
-
-    def close_all(self) -> None:
-        """Close every env still open (the server is stopping)."""
-        with self._lock:
-            envs = list(self._live)
-        for env in envs:
-            self.release(env)
 
 
 class HopgymEnvironment(MCPEnvironment):
@@ -202,7 +169,7 @@ class HopgymEnvironment(MCPEnvironment):
         """Start an episode: ``options`` are the env's reset options (``task_id`` or ``index``);
         ``delta_frames``: send each step's new messages only, and tools only when they changed."""
         if self._env is None:
-            self._env = self._served.open()
+            self._env = self._served.pool.open()
         observation, info = self._env.reset(seed=seed, options=options or None)
         self._state = HopgymState(
             env_id=self._served.env_id, episode_id=episode_id, task_id=info.get("task_id")
@@ -306,7 +273,7 @@ class HopgymEnvironment(MCPEnvironment):
     def close(self) -> None:
         env, self._env = self._env, None
         if env is not None:
-            self._served.release(env)
+            self._served.pool.release(env)
         super().close()
 
     def _observation(
@@ -410,4 +377,4 @@ def serving(served: ServedEnv) -> Iterator[ServedEnv]:
     try:
         yield served
     finally:
-        served.close_all()
+        served.pool.close_all()

@@ -67,7 +67,7 @@ class EnvServerActor:
         """Stop serving, close every session's env and its sandbox workers."""
         self._server.should_exit = True
         self._thread.join(timeout=STOP_TIMEOUT)
-        self._served.close_all()
+        self._served.pool.close_all()
         self._listener.close()
 
 

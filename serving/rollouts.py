@@ -35,6 +35,7 @@ from hopgym.envs.chat import chat_env
 from hopgym.envs.env_checker import ContractChecker, env_checker_option
 from hopgym.envs.outcome import Outcome
 from hopgym.errors import ActionError, ConfigError, ErrorDetail, ModelError, error_detail, error_text
+from hopgym.serving.env_pool import EnvPool
 
 T = TypeVar("T")
 StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]
@@ -100,73 +101,6 @@ class Rollout:
         self.error, self.error_detail = error_text(exc), error_detail(exc)
 
 
-class EnvPool:
-    """Up to ``size`` envs, made in worker threads. An env that failed is closed (in a worker thread: a
-    close may wait for a hung sandbox worker to die) and discarded, and its place is free at once: the next
-    episode to ask makes a new env, so no episode ever waits for an env that can no longer come."""
-
-    def __init__(self, make_env: Callable[[], gym.Env], size: int, first: gym.Env, in_thread: Any) -> None:
-        self._make_env = make_env
-        self._size = size
-        self._in_thread = in_thread
-        self._idle: list[gym.Env] = [first]
-        self._created = 1
-        self._changed = asyncio.Event()
-        """Set whenever an env comes back or a place frees up; waiters then look again."""
-        self.envs: list[gym.Env] = [first]
-        self.closing: set[asyncio.Future[Any]] = set()
-        """The closes of discarded envs still running in their threads (``Rollouts.close`` waits for them)."""
-
-    async def fill(self) -> None:
-        """Make every env, and let their sandboxes start the workers they keep ready, before the episodes
-        start: neither then slows the first episodes down."""
-        while self._created < self._size:
-            self._created += 1
-            env = await self._in_thread(self._make_env)
-            self.envs.append(env)
-            self._idle.append(env)
-        for env in self.envs:
-            await self._in_thread(chat_env(env).warm_up)
-
-    async def acquire(self) -> gym.Env:
-        while True:
-            if self._idle:
-                return self._idle.pop()
-            if self._created < self._size:
-                return await self._make()
-            self._changed.clear()
-            await self._changed.wait()
-
-    async def _make(self) -> gym.Env:
-        self._created += 1
-        try:
-            return await self._in_thread(self._make_listed)
-        except BaseException:
-            self._created -= 1
-            self._changed.set()  # the place is free again for a waiting episode to try
-            raise
-
-    def _make_listed(self) -> gym.Env:
-        """Make an env and list it in its own thread: one whose episode was cancelled while it was being
-        made (the run stopped or crashed) is still listed, and closed with the others."""
-        env = self._make_env()
-        self.envs.append(env)
-        return env
-
-    def release(self, env: gym.Env, healthy: bool) -> None:
-        """Take ``env`` back; an unhealthy one is discarded, its place freed at once and its close started
-        in a worker thread (see :attr:`closing`)."""
-        self._changed.set()
-        if healthy:
-            self._idle.append(env)
-            return
-        self._created -= 1
-        self.envs.remove(env)
-        closing = asyncio.ensure_future(self._in_thread(env.close))
-        self.closing.add(closing)
-        closing.add_done_callback(self.closing.discard)
-
-
 class Rollouts:
     """Episodes of ``env_id`` (made with ``env_kwargs``), up to ``concurrency`` at once, each on an env of
     one pool. Use it as an async context manager, or call :meth:`start` and :meth:`close`."""
@@ -193,29 +127,28 @@ class Rollouts:
         self, size: int | None = None, first_env: gym.Env | None = None, prefill: bool = True
     ) -> None:
         """Make the pool of ``size`` envs (default: ``concurrency``; ``first_env`` among them, if given) and
-        warm their sandboxes before the first episode; without ``prefill``, only the first env is made now
-        and the others when episodes ask for them."""
+        warm their sandboxes before the first episode, so that neither slows the first episodes down;
+        without ``prefill``, only the first env is made now and the others when episodes ask for them."""
         first = first_env if first_env is not None else await self.in_thread(self.make_env)
-        self._pool = EnvPool(self.make_env, size or self.concurrency, first, self.in_thread)
+        self._pool = EnvPool(self.make_env, size or self.concurrency, envs=[first], background=self._executor)
         if prefill:
             await self._pool.fill()
+            for env in self._pool.envs:
+                await self.in_thread(chat_env(env).warm_up)
 
     async def close(self) -> None:
         """Wait for the env threads (envs still being made, steps still running), then close every env and
         its sandbox; no episode runs after this."""
-        if self._pool is None:  # nothing made: nothing to wait for
+        if self._pool is None:  # nothing made: nothing to wait for (and no thread needed, even at exit)
             self.shutdown()
             return
-        if self._pool.closing:  # not retrieved here: asyncio logs a close that failed
-            await asyncio.wait(self._pool.closing)
         await asyncio.get_running_loop().run_in_executor(None, self._close_envs)
 
     def _close_envs(self) -> None:
         self.shutdown()
-        if self._pool is not None:
-            envs, self._pool = self._pool.envs, None
-            for env in envs:
-                env.close()
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.close_all()
 
     def shutdown(self) -> None:
         """Stop the env threads (waiting for those still running)."""
@@ -323,25 +256,3 @@ class Rollouts:
                 )
             )
         )
-
-
-@dataclass(frozen=True)
-class TaskStart:
-    """A task's first observation, as a trainer's dataset row is made from it."""
-
-    index: int
-    task_id: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]]
-
-
-def task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> list[TaskStart]:
-    """The first observation and id of each task at ``indices`` (default: every task), from ``env``'s reset
-    on it: the prompt and tools an episode of the task starts with."""
-    starts = []
-    for index in range(len(chat_env(env).tasks)) if indices is None else indices:
-        observation, info = env.reset(options={"index": index})
-        messages = [dict(message) for message in observation["messages"]]
-        tools = [dict(tool) for tool in observation["tools"]]
-        starts.append(TaskStart(int(index), str(info["task_id"]), messages, tools))
-    return starts

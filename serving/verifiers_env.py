@@ -1,16 +1,17 @@
 """hopgym's envs as verifiers environments: ``load_environment(env_id="ToolHop-v0", **env_kwargs)``.
 
 Built on verifiers 0.3.x's ``MultiTurnEnv`` (the API its ``vf-eval`` command and prime-rl's verifiers
-integration load; 0.4.0 keeps only its v1 stack). Each dataset row is one task: its ``prompt`` is the env's
-first observation, and its ``info`` (a JSON string, as ToolHop's tool schemas differ from row to row) holds
-the task ``index``, ``task_id`` and the row's own ``tool_defs``. verifiers runs the model; every assistant
-turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose new messages are the env
-response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
+integration load; 0.4.0 keeps only its v1 stack). Each dataset row is one task
+(:func:`~hopgym.serving.task_rows.verifiers_row`, the same task start a TRL row is made from): its ``prompt``
+is the env's first observation, and its ``info`` (a JSON string, as ToolHop's tool schemas differ from row to
+row) holds the task ``index``, ``task_id`` and the row's own ``tool_defs``. verifiers runs the model; every
+assistant turn goes to a hopgym env's ``step`` (sandboxed calls, official scoring), whose new messages are the
+env response, and the episode's end is the rollout's. The rubric's reward is hopgym's reward; its metrics are
 answer correctness, ToolHop's query-level columns (invocation error, tool hallucination, parameter
-hallucination, parameter missing: each 0 or 1 per rollout, so that their mean is the paper's figure), and
-the env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: those the env
-declares, e.g. FamilyTool's EM, Tool Acc and Value Acc, KGTool's hits@1). A value the env reports as not
-applicable (None), or an episode that ended unscored, counts 0.
+hallucination, parameter missing: each 0 or 1 per rollout, so that their mean is the paper's figure), and the
+env's own paper columns from its terminal ``info["metrics"]`` (:func:`paper_metrics`: those the env declares,
+e.g. FamilyTool's EM, Tool Acc and Value Acc, KGTool's hits@1). A value the env reports as not applicable
+(None), or an episode that ended unscored, counts 0.
 
 vf-eval imports an environment by module name: ``vf-eval hopgym.serving.verifiers_env -a
 '{"env_id": "ToolHop-v0"}' -m MODEL -b URL``. Envs come from one :class:`Rollouts` pool (``concurrency``).
@@ -19,7 +20,6 @@ vf-eval imports an environment by module name: ``vf-eval hopgym.serving.verifier
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
@@ -31,7 +31,8 @@ from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
-from hopgym.serving.rollouts import Rollouts, task_starts
+from hopgym.serving.rollouts import Rollouts
+from hopgym.serving.task_rows import task_starts, verifiers_row
 
 T = TypeVar("T")
 EPISODE = "hopgym"
@@ -43,27 +44,6 @@ def load_environment(env_id: str = "ToolHop-v0", concurrency: int = 8, **env_kwa
     """A verifiers ``MultiTurnEnv`` over ``gym.make(env_id, **env_kwargs)``, one row per task;
     ``concurrency`` envs (and sandboxes) serve the rollouts."""
     return HopgymEnv(Rollouts(env_id, env_kwargs, concurrency))
-
-
-def tool_def(tool: Mapping[str, Any]) -> dict[str, Any]:
-    """An OpenAI tool schema in verifiers' provider-agnostic form."""
-    function = tool["function"]
-    return {
-        "name": function["name"],
-        "description": function.get("description") or "",
-        "parameters": function.get("parameters") or {"type": "object", "properties": {}},
-    }
-
-
-def task_rows(env: gym.Env) -> Dataset:
-    """One row per task of ``env``: the first observation's messages and the row's tools."""
-    rows: dict[str, list[Any]] = {"prompt": [], "info": []}
-    for start in task_starts(env):
-        rows["prompt"].append([{"role": m["role"], "content": m["content"]} for m in start.messages])
-        tools = [tool_def(tool) for tool in start.tools]
-        info = {"index": start.index, "task_id": start.task_id, "tool_defs": tools}
-        rows["info"].append(json.dumps(info))
-    return Dataset.from_dict(rows)
 
 
 def action_of(message: Any) -> dict[str, Any]:
@@ -98,7 +78,8 @@ class HopgymEnv(vf.MultiTurnEnv):
         self._started = asyncio.Lock()
         first = rollouts.make_env()
         try:
-            dataset, metrics = task_rows(first), tuple(chat_env(first).paper_metrics)
+            dataset = Dataset.from_list([verifiers_row(start) for start in task_starts(first)])
+            metrics = tuple(chat_env(first).paper_metrics)
         finally:
             first.close()
         super().__init__(eval_dataset=dataset, rubric=hopgym_rubric(metrics))

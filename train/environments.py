@@ -39,7 +39,7 @@ import gymnasium as gym
 from hopgym.envs.outcome import Outcome
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError, error_text
 from hopgym.serving.rollouts import Rollouts
-from hopgym.train.dataset import select_tasks, task_rows
+from hopgym.serving.task_rows import task_starts, trl_row
 from hopgym.train.rollout import TrainEpisode, check_env, record_outcome, unended_episode
 
 _SCALARS: Mapping[str, Any] = {
@@ -119,7 +119,7 @@ def tool_method(function: Mapping[str, Any]) -> Callable[..., str]:
 
 class EnvironmentSet:
     """The ``environment_factory`` classes of one env's tasks at ``indices`` (default: all; see
-    :func:`~hopgym.train.dataset.select_tasks`), one class per tool set, their dataset rows and
+    :func:`~hopgym.serving.task_rows.select_tasks`), one class per tool set, their dataset rows and
     the pool of envs behind their instances: ``concurrency`` envs, at least the rollouts of a generation
     batch on this env (an instance holds its env from ``reset`` to ``get_reward``)."""
 
@@ -135,7 +135,7 @@ class EnvironmentSet:
         first = self.rollouts.make_env()
         try:
             check_env(first, env_id)
-            rows = task_rows(first, select_tasks(first) if indices is None else indices)
+            rows = [trl_row(start) for start in task_starts(first, indices)]
             self._loop.run_until_complete(self.rollouts.start(first_env=first, prefill=False))
         except BaseException:
             first.close()

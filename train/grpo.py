@@ -23,8 +23,9 @@ from hopgym.agents.evaluation.training_record import TrainingStage, training_sta
 from hopgym.errors import ConfigError, DataError
 from hopgym.run_folder import exists, read_json, write_json
 from hopgym.serving.rollouts import Rollouts, RolloutsFactory, make_env
+from hopgym.serving.task_rows import select_tasks
 from hopgym.train.config import TrainConfig
-from hopgym.train.dataset import select_tasks, task_dataset
+from hopgym.train.dataset import task_dataset
 from hopgym.train.model import load_model, load_tokenizer
 from hopgym.train.rewards import ShapedReward, env_reward, reward_function
 from hopgym.train.rollout import HopgymRollout

@@ -46,7 +46,7 @@ from hopgym.envs.chat import STANDARD_TURN, chat_env, checked_action
 from hopgym.envs.outcome import NOT_ENDED, Outcome, OutcomeFields
 from hopgym.errors import ActionError, ConfigError, HopgymError, ModelError
 from hopgym.serving.rollouts import Rollout, Rollouts
-from hopgym.train.dataset import task_of_prompt
+from hopgym.serving.task_rows import task_of_prompt
 
 RECORD_FIELD = "hopgym"
 """The rollout output field (and so the reward functions' keyword) holding the episode records."""

@@ -24,7 +24,8 @@ from hopgym.errors import ConfigError
 from hopgym.inspect.messages import chat_message
 from hopgym.inspect.scorer import hopgym_score
 from hopgym.inspect.solver import EnvPool, play_episode
-from hopgym.serving.rollouts import make_env, task_starts
+from hopgym.serving.rollouts import make_env
+from hopgym.serving.task_rows import task_starts
 
 
 def target_text(answer: Any) -> str:

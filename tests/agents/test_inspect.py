@@ -55,7 +55,8 @@ from hopgym.inspect.provider import MODEL_ARGS  # noqa: E402
 from hopgym.inspect.scorer import hopgym_score  # noqa: E402
 from hopgym.inspect.solver import EPISODE, EnvPool, play_episode  # noqa: E402
 from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noqa: E402
-from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
+from hopgym.serving.rollouts import make_env  # noqa: E402
+from hopgym.serving.task_rows import task_starts  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
 from tests.serving.test_serve_scripted import served  # noqa: E402

@@ -382,7 +382,7 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     import threading
     from concurrent.futures import ThreadPoolExecutor
 
-    from hopgym.serving.rollouts import EnvPool
+    from hopgym.serving.env_pool import EnvPool
 
     started, finish = threading.Event(), threading.Event()
 
@@ -394,9 +394,7 @@ def test_an_env_still_being_made_when_its_episode_is_cancelled_is_listed_for_clo
     async def scenario() -> EnvPool:
         loop = asyncio.get_running_loop()
         with ThreadPoolExecutor(2) as executor:
-            pool = EnvPool(
-                slow_make_env, 2, "the first env", lambda function: loop.run_in_executor(executor, function)
-            )
+            pool = EnvPool(slow_make_env, 2, envs=["the first env"], background=executor)
             assert await pool.acquire() == "the first env"
             episode = asyncio.ensure_future(pool.acquire())  # the second place: a new env, made slowly
             await loop.run_in_executor(None, started.wait, 10)
