@@ -26,7 +26,7 @@ from hopgym.agents.model.client import ModelConfig  # noqa: E402
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call  # noqa: E402
 from hopgym.envs.outcome import Outcome  # noqa: E402
 from hopgym.serving.rollouts import Rollouts  # noqa: E402
-from tests.agents.test_runner_scripted import TASKS, question_of  # noqa: E402
+from tests.scripted_runs import TASKS, question_of  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)

@@ -18,7 +18,7 @@ from hopgym.agents.evaluation.records import (
 from hopgym.agents.evaluation.summary import markdown_table, run_title, summarize
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.errors import DataError
-from tests.agents.test_runner_scripted import TASKS, question_of, read_records, run, solving_policy
+from tests.scripted_runs import TASKS, question_of, read_records, run, solving_policy
 
 TODAY = {
     "task_id": "toolhop-001",

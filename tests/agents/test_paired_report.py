@@ -16,8 +16,8 @@ import pytest
 
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
-from tests.agents.test_runner_scripted import TASKS, read_records, solving_policy
 from tests.extras import require_extra
+from tests.scripted_runs import TASKS, read_records, solving_policy
 
 require_extra("scipy", "report")
 

@@ -11,7 +11,7 @@ import pytest
 
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.cli import main
-from tests.agents.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
+from tests.scripted_runs import TASK_BY_QUESTION, TASKS, question_of, read_records
 
 
 def answering_policy(request: dict[str, Any]) -> ScriptedReply:

@@ -11,63 +11,20 @@ import sys
 import time
 from argparse import Namespace
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hopgym.agents.evaluation.records import lock_run_folder
-from hopgym.agents.evaluation.runner import EvalConfig, EvalRun
 from hopgym.agents.evaluation.stats import mean_interval
-from hopgym.agents.model.client import ModelConfig
 from hopgym.agents.model.local_server import LOCAL_CONCURRENCY
-from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
+from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
 from hopgym.commands.env_arguments import parse_key_values
 from hopgym.commands.model_arguments import DEFAULT_CONCURRENCY, concurrency_of
 from hopgym.envs.toolhop.metrics import table4_metrics
 from hopgym.errors import ConfigError
-from hopgym.tasks.toolhop.loader import load_toolhop
+from tests.scripted_runs import TASKS, question_of, read_records, run, solving_policy
 from tests.shared_data import SUBSET
-
-TASKS = load_toolhop()
-TASK_BY_QUESTION = {task.question: task for task in TASKS}
-
-
-def question_of(request: dict[str, Any]) -> str:
-    """The task's question: the first user message is it (hopgym protocol) or ends with it (official)."""
-    first = next(m["content"] for m in request["messages"] if m["role"] == "user")
-    return next((question for question in TASK_BY_QUESTION if first.endswith(question)), first)
-
-
-def solving_policy(correct_every: int = 2, delay: float = 0.0, fail_index: int | None = None):
-    """Calls the task's first tool once, then answers: the gold answer for every ``correct_every``-th
-    task (by index), a wrong one otherwise; HTTP 500 for every request of task ``fail_index``."""
-
-    def policy(request: dict[str, Any]) -> ScriptedReply:
-        task = TASK_BY_QUESTION[question_of(request)]
-        index = TASKS.index(task)
-        if index == fail_index:
-            return ScriptedReply(status=500)
-        if any(message["role"] == "tool" for message in request["messages"]):
-            answer = task.answer if index % correct_every == 0 else "I do not know"
-            return ScriptedReply(content=f"Final answer: {answer}", delay=delay)
-        function = task.tools[0]["function"]
-        arguments = {name: "x" for name in function["parameters"].get("required", [])}
-        return ScriptedReply(tool_calls=(tool_call(function["name"], arguments),), delay=delay)
-
-    return policy
-
-
-def read_records(folder: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in (folder / "episodes.jsonl").read_text().splitlines()]
-
-
-def run(server: ScriptedModelServer, out: Path, **overrides: Any) -> dict[str, Any]:
-    options = {"limit": 6, "concurrency": 3, "progress": False, **overrides}
-    model = ModelConfig(
-        server.model, api_base=server.api_base, api_key="sk", max_retries=1, backoff_base=0.01
-    )
-    return EvalRun(EvalConfig(out=out, model=model, **options)).run()
 
 
 def test_a_run_writes_one_record_per_task_and_consistent_summaries(tmp_path: Path) -> None:

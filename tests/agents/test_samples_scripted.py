@@ -14,7 +14,7 @@ from hopgym.agents.evaluation.stats import mean_interval
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.tasks.sampling import stratified_sample, task_stratum
-from tests.agents.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
+from tests.scripted_runs import TASK_BY_QUESTION, TASKS, question_of, read_records
 
 
 def seed_policy(cut_off_task: int | None = None):

@@ -28,8 +28,8 @@ import pytest
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply, tool_call
 from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
-from tests.agents.test_runner_scripted import TASK_BY_QUESTION, TASKS, question_of, read_records
 from tests.extras import require_extra, require_program
+from tests.scripted_runs import TASK_BY_QUESTION, TASKS, question_of, read_records
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 """Model output that would run if the page put it into the DOM as markup."""

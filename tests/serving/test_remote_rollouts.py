@@ -196,7 +196,7 @@ def test_eval_through_an_env_server_records_what_eval_in_process_records(tmp_pat
     record names the server that played it."""
     from hopgym.agents.model.scripted_server import ScriptedModelServer
     from hopgym.cli import main
-    from tests.agents.test_runner_scripted import read_records, solving_policy
+    from tests.scripted_runs import read_records, solving_policy
 
     def kept(record: dict[str, Any]) -> tuple[Any, ...]:
         calls = [(c["name"], c["arguments"], c["status"], c["feedback"]) for c in record["calls"]]

@@ -16,8 +16,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from hopgym.agents.model.scripted_server import placeholder_arguments, smoke_script
-from tests.agents.test_runner_scripted import TASKS, read_records
 from tests.doc_blocks import doc_block
+from tests.scripted_runs import TASKS, read_records
 
 READY = re.compile(r"^ready: --model (\S+) --api-base (http://127\.0\.0\.1:\d+/v1) --api-key (\S+)$")
 

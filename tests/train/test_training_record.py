@@ -29,7 +29,7 @@ from hopgym.agents.evaluation.training_record import (
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
 from hopgym.errors import ConfigError, DataError
-from tests.agents.test_runner_scripted import TASKS, solving_policy
+from tests.scripted_runs import TASKS, solving_policy
 from tests.shared_data import needs_data
 
 pytestmark = needs_data("toolhop/toolhop_subset100.jsonl")
