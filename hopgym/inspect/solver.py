@@ -1,11 +1,11 @@
 """The solver that plays an Inspect sample as one hopgym episode.
 
-Each sample borrows an env from its task's pool (:class:`EnvPool`, a :class:`Rollouts` made when the first
+Each sample borrows an env of its task (:class:`TaskRollouts`, a :class:`Rollouts` made when the first
 sample starts) and plays the task at its ``index``: Inspect's model answers each observation, and every
 reply goes to the env's ``step``, so the sandbox runs each tool call and the statuses and feedback are the
 env's own. The episode's record (:func:`episode_record`, as ``hopgym eval`` writes it) is kept in the
-sample's store for the scorer; ``state.messages`` end as the env's whole conversation. The pools of a run
-are closed when the run ends (:class:`CloseEnvPools`), with their envs and sandboxes.
+sample's store for the scorer; ``state.messages`` end as the env's whole conversation. The rollouts of a run
+are closed when the run ends (:class:`CloseTaskRollouts`), with their envs and sandboxes.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ EPISODE = "hopgym_episode"
 """The store key of the sample's episode record (its JSON, without the messages: those are the sample's)."""
 
 
-class EnvPool:
+class TaskRollouts:
     """The envs of one Inspect task: a :class:`Rollouts` of ``concurrency`` envs, made in the running event
     loop when the first sample asks, and made afresh by a later run after :meth:`close`."""
 
@@ -47,33 +47,33 @@ class EnvPool:
         return self._rollouts
 
     async def close(self) -> None:
-        """Close every env (and sandbox) of the pool; the next sample makes a new pool."""
+        """Close every env (and sandbox) of the task; the next sample starts new rollouts."""
         rollouts, self._rollouts, self._started = self._rollouts, None, None
         _OPEN.discard(self)
         if rollouts is not None:
             await rollouts.close()
 
 
-_OPEN: set[EnvPool] = set()
-"""The pools with envs open in this process."""
+_OPEN: set[TaskRollouts] = set()
+"""The tasks' rollouts with envs open in this process."""
 
 
 @hooks(name="hopgym_env_pools", description="Closes hopgym's envs and sandboxes when an Inspect run ends.")
-class CloseEnvPools(Hooks):
+class CloseTaskRollouts(Hooks):
     async def on_run_end(self, data: RunEnd) -> None:
         while _OPEN:
             await _OPEN.pop().close()
 
 
 @solver
-def play_episode(pool: EnvPool, seed: int = 0) -> Solver:
-    """Play the sample's task (``metadata["index"]``) as a hopgym episode on an env of ``pool``; epoch
+def play_episode(envs: TaskRollouts, seed: int = 0) -> Solver:
+    """Play the sample's task (``metadata["index"]``) as a hopgym episode on one of ``envs``; epoch
     ``e`` resets with ``seed + e - 1``, as ``hopgym eval --seed`` resets its sample ``e - 1``. An error of
     Inspect's model (a limit reached, an API failure) ends the sample with that error; an episode the env
     could not play ends it with a :class:`~hopgym.errors.HopgymError` naming why."""
 
     async def solve(state: TaskState, generate: Generate) -> TaskState:
-        rollouts = await pool.rollouts()
+        rollouts = await envs.rollouts()
         model = get_model()
         raised: list[BaseException] = []
 

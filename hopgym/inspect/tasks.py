@@ -23,7 +23,7 @@ from hopgym.envs.chat import chat_env
 from hopgym.errors import ConfigError
 from hopgym.inspect.messages import chat_message
 from hopgym.inspect.scorer import hopgym_score
-from hopgym.inspect.solver import EnvPool, play_episode
+from hopgym.inspect.solver import TaskRollouts, play_episode
 from hopgym.serving.rollouts import make_env
 from hopgym.serving.task_rows import task_starts
 
@@ -62,7 +62,7 @@ def hopgym_task(
         env.close()
     return Task(
         dataset=samples,
-        solver=play_episode(EnvPool(env_id, kwargs, concurrency), seed),
+        solver=play_episode(TaskRollouts(env_id, kwargs, concurrency), seed),
         scorer=hopgym_score(columns),
         config=GenerateConfig(
             temperature=sampling.get("temperature", 0.0), max_tokens=sampling.get("max_tokens")

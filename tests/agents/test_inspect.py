@@ -53,7 +53,7 @@ from hopgym.inspect.messages import (  # noqa: E402
 )
 from hopgym.inspect.provider import MODEL_ARGS  # noqa: E402
 from hopgym.inspect.scorer import hopgym_score  # noqa: E402
-from hopgym.inspect.solver import EPISODE, EnvPool, play_episode  # noqa: E402
+from hopgym.inspect.solver import EPISODE, TaskRollouts, play_episode  # noqa: E402
 from hopgym.inspect.tasks import familytool, kgtool, target_text, toolhop  # noqa: E402
 from hopgym.serving.rollouts import make_env  # noqa: E402
 from hopgym.serving.task_rows import task_starts  # noqa: E402
@@ -187,7 +187,7 @@ def test_a_sample_whose_index_the_env_lacks_ends_with_an_error_naming_it(tmp_pat
         env.close()
     task = Task(
         dataset=[Sample(id="toolhop-beyond", input="?", metadata={"index": count})],
-        solver=play_episode(EnvPool("ToolHop-v0", {}, 1)),
+        solver=play_episode(TaskRollouts("ToolHop-v0", {}, 1)),
         scorer=hopgym_score(),
     )
     with served() as (model, api_base, api_key):
