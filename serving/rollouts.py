@@ -35,7 +35,10 @@ from hopgym.envs.chat import chat_env
 from hopgym.envs.env_checker import ContractChecker, env_checker_option
 from hopgym.envs.outcome import Outcome
 from hopgym.errors import ActionError, ConfigError, ErrorDetail, ModelError, error_detail, error_text
+from hopgym.moved import moved_names
 from hopgym.serving.env_pool import EnvPool
+
+__getattr__ = moved_names(__name__)  # names that moved to hopgym.serving.task_rows still import
 
 T = TypeVar("T")
 StepOutcome = tuple[Mapping[str, Any], SupportsFloat, bool, bool, Mapping[str, Any]]

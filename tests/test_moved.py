@@ -1,5 +1,6 @@
-"""Modules that moved keep their old import paths (hopgym.moved): the old path warns and is the module at the
-new one, the same object; a path that never existed still fails as Python's own import does."""
+"""Modules and names that moved keep their old import paths (hopgym.moved): the old path warns and is the
+module or object at the new one, the same object; a path that never existed still fails as Python's own
+import does."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import sys
 
 import pytest
 
-from hopgym.moved import MOVED
+from hopgym.moved import MOVED, MOVED_NAMES
 
 
 @pytest.mark.parametrize(
@@ -51,3 +52,25 @@ def test_a_path_that_never_existed_fails_as_python_import_does() -> None:
         importlib.import_module("hopgym.agents.adapterz")
     with pytest.raises(ModuleNotFoundError, match=r"hopgym\.serving\.no_such_module"):
         importlib.import_module("hopgym.agents.adapters.no_such_module")
+
+
+MOVED_NAME_CASES = [(old, name, new) for old, names in MOVED_NAMES.items() for name, new in names.items()]
+
+
+@pytest.mark.parametrize(("old", "name", "new"), MOVED_NAME_CASES)
+def test_a_name_that_moved_out_of_a_module_warns_and_is_the_object_at_its_new_home(
+    old: str, name: str, new: str
+) -> None:
+    with pytest.warns(DeprecationWarning, match=rf"^{old}\.{name} moved to {new}; import it from there$"):
+        moved = getattr(importlib.import_module(old), name)
+    assert moved is getattr(importlib.import_module(new), name)
+    assert name not in vars(importlib.import_module(old)), f"{old} defines {name} beside {new}: two copies"
+
+
+def test_a_name_that_never_existed_fails_as_python_import_does() -> None:
+    with pytest.raises(ImportError, match=r"cannot import name 'task_rowz' from 'hopgym.train.dataset'"):
+        from hopgym.train.dataset import task_rowz  # type: ignore[attr-defined]  # noqa: F401
+    with pytest.raises(
+        AttributeError, match=r"module 'hopgym.serving.rollouts' has no attribute 'TaskStarts'"
+    ):
+        _ = importlib.import_module("hopgym.serving.rollouts").TaskStarts

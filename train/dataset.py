@@ -10,7 +10,10 @@ from typing import Any
 import gymnasium as gym
 
 from hopgym.errors import ConfigError
+from hopgym.moved import moved_names
 from hopgym.serving.task_rows import task_starts, trl_row
+
+__getattr__ = moved_names(__name__)  # names that moved to hopgym.serving.task_rows still import
 
 
 def task_dataset(env: gym.Env, indices: Sequence[int]) -> Any:
