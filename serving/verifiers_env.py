@@ -27,11 +27,11 @@ import gymnasium as gym
 import verifiers as vf
 from datasets import Dataset
 
-from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
 from hopgym.serving.rollouts import Rollouts, task_starts
+from hopgym.serving.verifiers_common import action_of, episode_columns
 
 T = TypeVar("T")
 EPISODE = "hopgym"
@@ -64,18 +64,6 @@ def task_rows(env: gym.Env) -> Dataset:
         info = {"index": start.index, "task_id": start.task_id, "tool_defs": tools}
         rows["info"].append(json.dumps(info))
     return Dataset.from_dict(rows)
-
-
-def action_of(message: Any) -> dict[str, Any]:
-    """verifiers' assistant message as hopgym's action (an OpenAI assistant message)."""
-    content = message.content if isinstance(message.content, str) or message.content is None else None
-    if content is None and isinstance(message.content, list):  # content parts: their text
-        content = "".join(getattr(part, "text", "") or "" for part in message.content)
-    calls = [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-        for call in message.tool_calls or ()
-    ]
-    return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
 
 
 def env_message(message: Mapping[str, Any]) -> Any:
@@ -155,23 +143,6 @@ class HopgymEnv(vf.MultiTurnEnv):
     @vf.teardown
     async def close_envs(self) -> None:
         await self._hopgym.close()
-
-
-def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> dict[str, float]:
-    """An episode's columns (its outcome: ``correct``, ``calls``, terminal ``metrics``): answer correctness,
-    ToolHop's query-level columns (each 0 or 1, so that their mean is the paper's figure) and the env's
-    ``metrics`` keys, a value the env reports as not applicable (None) counting 0. The legacy rubric and
-    the v1 taskset both report these."""
-    errors = set().union(*(call_error_types(call) for call in episode.get("calls", ())))
-    outcome = Outcome.of_fields(episode)
-    columns = {"answer_correctness": float(outcome.correct)}
-    for error_type in (None, *INVOCATION_ERROR_TYPES):
-        columns[f"{error_type or 'invocation_error'}_query"] = float(
-            bool(errors) if error_type is None else error_type in errors
-        )
-    for key in metrics:
-        columns[key] = float((outcome.metrics or {}).get(key) or 0.0)
-    return columns
 
 
 def hopgym_rubric(metrics: Sequence[str] = ()) -> vf.Rubric:

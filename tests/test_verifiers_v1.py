@@ -28,7 +28,7 @@ from mcp.shared.memory import create_connected_server_and_client_session  # noqa
 from hopgym.errors import DataError  # noqa: E402
 from hopgym.serving.mcp_tools import call_tool, mcp_tools  # noqa: E402
 from hopgym.serving.rollouts import make_env, task_starts  # noqa: E402
-from hopgym.serving.verifiers_env import episode_columns  # noqa: E402
+from hopgym.serving.verifiers_common import episode_columns  # noqa: E402
 from hopgym.serving.verifiers_v1 import (  # noqa: E402
     HopgymData,
     HopgymToolset,
