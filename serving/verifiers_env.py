@@ -27,12 +27,12 @@ import gymnasium as gym
 import verifiers as vf
 from datasets import Dataset
 
-from hopgym.envs.calls import INVOCATION_ERROR_TYPES, call_error_types
 from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
 from hopgym.serving.rollouts import Rollouts
 from hopgym.serving.task_rows import task_starts, verifiers_row
+from hopgym.serving.verifiers_common import action_of, episode_columns
 
 T = TypeVar("T")
 EPISODE = "hopgym"
@@ -44,18 +44,6 @@ def load_environment(env_id: str = "ToolHop-v0", concurrency: int = 8, **env_kwa
     """A verifiers ``MultiTurnEnv`` over ``gym.make(env_id, **env_kwargs)``, one row per task;
     ``concurrency`` envs (and sandboxes) serve the rollouts."""
     return HopgymEnv(Rollouts(env_id, env_kwargs, concurrency))
-
-
-def action_of(message: Any) -> dict[str, Any]:
-    """verifiers' assistant message as hopgym's action (an OpenAI assistant message)."""
-    content = message.content if isinstance(message.content, str) or message.content is None else None
-    if content is None and isinstance(message.content, list):  # content parts: their text
-        content = "".join(getattr(part, "text", "") or "" for part in message.content)
-    calls = [
-        {"id": call.id, "type": "function", "function": {"name": call.name, "arguments": call.arguments}}
-        for call in message.tool_calls or ()
-    ]
-    return {"role": "assistant", "content": content, **({"tool_calls": calls} if calls else {})}
 
 
 def env_message(message: Mapping[str, Any]) -> Any:
@@ -136,23 +124,6 @@ class HopgymEnv(vf.MultiTurnEnv):
     @vf.teardown
     async def close_envs(self) -> None:
         await self._hopgym.close()
-
-
-def episode_columns(episode: Mapping[str, Any], metrics: Sequence[str] = ()) -> dict[str, float]:
-    """An episode's columns (its outcome: ``correct``, ``calls``, terminal ``metrics``): answer correctness,
-    ToolHop's query-level columns (each 0 or 1, so that their mean is the paper's figure) and the env's
-    ``metrics`` keys, a value the env reports as not applicable (None) counting 0. The legacy rubric and
-    the v1 taskset both report these."""
-    errors = set().union(*(call_error_types(call) for call in episode.get("calls", ())))
-    outcome = Outcome.of_fields(episode)
-    columns = {"answer_correctness": float(outcome.correct)}
-    for error_type in (None, *INVOCATION_ERROR_TYPES):
-        columns[f"{error_type or 'invocation_error'}_query"] = float(
-            bool(errors) if error_type is None else error_type in errors
-        )
-    for key in metrics:
-        columns[key] = float((outcome.metrics or {}).get(key) or 0.0)
-    return columns
 
 
 def hopgym_rubric(metrics: Sequence[str] = ()) -> vf.Rubric:

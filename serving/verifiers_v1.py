@@ -11,7 +11,7 @@ The final answer is not a tool call, so the toolset never sees it: the task's ``
 trace's assistant turns through a fresh env (the same calls, the same sandbox), checks that every tool
 result the model saw is the one the replay gives, and takes hopgym's reward, answer correctness, ToolHop's
 query-level columns and the env's paper columns from that episode (the columns of the legacy adapter,
-:func:`hopgym.serving.verifiers_env.episode_columns`).
+:func:`hopgym.serving.verifiers_common.episode_columns`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ConfigError, DataError
 from hopgym.serving.mcp_tools import call_tool, mcp_tools
 from hopgym.serving.rollouts import make_env
-from hopgym.serving.verifiers_env import action_of, episode_columns
+from hopgym.serving.verifiers_common import action_of, episode_columns
 
 
 class HopgymData(vf.TaskData):

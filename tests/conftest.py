@@ -10,9 +10,9 @@ from hopgym.agents.model.local_server import THREADS_VARIABLE
 
 LOCAL_MODEL_GROUP = "local-model"
 EARLY = "early"
-"""The mark of a long single test (a minute or more, in no group): xdist queues groups before single tests,
-and single tests in collection order, so an early one is started first among them, not left to end the run
-while the other workers wait."""
+"""The mark of a long single test (15 s or more under ``make test``, in no group): xdist queues groups before
+single tests, and single tests in collection order, so an early one is started first among them, not left
+to end the run while the other workers wait."""
 
 # The other worker keeps the second core busy: an embedded server with llama-cpp's default two threads to
 # read prompts spins at every barrier while its second thread waits for a core. One thread does the same

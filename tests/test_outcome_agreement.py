@@ -130,7 +130,8 @@ def training_outcomes(script: Script, tokenizer: Any) -> dict[int, tuple[Outcome
 def verifiers_outcomes(script: Script) -> dict[int, tuple[Outcome, Any]]:
     import verifiers as vf
 
-    from hopgym.serving.verifiers_env import EPISODE, HopgymEnv, episode_columns
+    from hopgym.serving.verifiers_common import episode_columns
+    from hopgym.serving.verifiers_env import EPISODE, HopgymEnv
 
     async def play(env: HopgymEnv, index: int) -> tuple[Outcome, Any]:
         state = vf.State(trajectory_id=f"t{index}", info={"index": index})

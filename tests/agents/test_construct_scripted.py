@@ -269,6 +269,7 @@ def slow_marked_model(request: dict[str, Any]) -> ScriptedReply:
     return dataclasses.replace(constructing_model({**request, "messages": messages}), delay=0.15)
 
 
+@pytest.mark.early  # three construct runs in subprocesses: 16 s under make test
 def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_path: Path) -> None:
     rows = [
         {

@@ -88,6 +88,7 @@ def calls(record: dict[str, Any]) -> list[dict[str, Any]]:
     return [without(("id", "latency_ms"), call) for call in record["calls"]]
 
 
+@pytest.mark.early  # Inspect's eval beside hopgym's: 15 s under make test
 def test_inspect_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: Path) -> None:
     logs: dict[str, EvalLog] = {}
     expected: dict[str, dict[str, Any]] = {}
@@ -302,6 +303,7 @@ TOOL = {
 }
 
 
+@pytest.mark.early  # inspect eval in a subprocess: 16 s under make test
 def test_inspect_eval_on_the_command_line_finds_the_provider_through_its_entry_point(tmp_path: Path) -> None:
     entry_points = importlib.metadata.entry_points(group="inspect_ai", name="hopgym")
     if not entry_points:

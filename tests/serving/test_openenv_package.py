@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.extras import require_extra
 from tests.paths import ROOT
 
@@ -27,6 +29,7 @@ def validate(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.early  # two openenv validate runs: 24 s under make test
 def test_the_package_passes_openenv_validate_and_a_broken_manifest_fails_it(tmp_path: Path) -> None:
     passed = validate(str(PACKAGE), "--level", "static", "--skip-build")
     assert passed.returncode == 0, passed.stdout + passed.stderr

@@ -3,7 +3,7 @@ tool calls run through the env, a real GRPO step on ToolHop tasks whose rewards 
 ``env.step``, and a run mixing three envs.
 
 Needs the ``train`` extra; outside CI the module skips naming the missing package, in CI it runs. On the
-torch xdist worker (``TORCH_GROUP``), as tests/train/test_train_grpo.py.
+torch xdist worker (``TORCH_GROUP``); tests/train/test_train_grpo.py's on another.
 """
 
 from __future__ import annotations

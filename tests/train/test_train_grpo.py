@@ -4,9 +4,9 @@ stopped by SIGINT within its step; the embedded model's conversion, checked agai
 (a planted folder is not loaded).
 
 Both need the ``train`` extra; outside CI they skip naming the missing package, in CI (CI=true) they run.
-The tests of this module run on one xdist worker (``TORCH_GROUP``): they share a module-scoped model and
-TRL's imports, and as a group they are queued before the suite's single tests, so the GRPO step (its
-longest) is not left to run alone at the end of ``make test``.
+The tests of this module run on one xdist worker (``GRPO_GROUP``, the other torch tests on another): they
+share a module-scoped model and TRL's imports, and as a group they are queued before the suite's single
+tests, so the GRPO step (its longest) is not left to run alone at the end of ``make test``.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ from hopgym.train.config import TrainConfig  # noqa: E402
 from hopgym.train.model import load_tokenizer  # noqa: E402
 from hopgym.train.rewards import ShapedReward  # noqa: E402
 from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
-from tests.extras import TORCH_GROUP, unavailable  # noqa: E402
+from tests.extras import GRPO_GROUP, unavailable  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 from tests.tiny_model import save_tiny_model  # noqa: E402
@@ -47,7 +47,7 @@ from tests.tiny_model import save_tiny_model  # noqa: E402
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
 
-pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
+pytestmark = pytest.mark.xdist_group(GRPO_GROUP)
 ENV_KWARGS = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
 """Short KGTool-v0 tasks: one hop, the one tool it needs offered, a call and an answer at most."""
 STAGES = (TrainingStage("grpo", "KGTool-v0", ENV_KWARGS, None, "entity", ("family-e-1p-s0-00000",)),)
