@@ -54,3 +54,39 @@ def run(server: ScriptedModelServer, out: Path, **overrides: Any) -> dict[str, A
         server.model, api_base=server.api_base, api_key="sk", max_retries=1, backoff_base=0.01
     )
     return EvalRun(EvalConfig(out=out, model=model, **options)).run()
+
+
+def seed_policy(cut_off_task: int | None = None):
+    """Answers at once: the gold answer when the request's seed is even, a wrong one when it is odd;
+    the reply for task ``cut_off_task`` comes back cut at its token cap (finish reason ``length``)."""
+
+    def policy(request: dict[str, Any]) -> ScriptedReply:
+        task = TASK_BY_QUESTION[question_of(request)]
+        answer = task.answer if request.get("seed", 0) % 2 == 0 else "I do not know"
+        cut = TASKS.index(task) == cut_off_task
+        return ScriptedReply(content=f"Final answer: {answer}", finish_reason="length" if cut else None)
+
+    return policy
+
+
+def eval_args(server: ScriptedModelServer, out: Path, *extra: str) -> list[str]:
+    """``hopgym eval`` against ``server``: the direct agent and scenario, 3 at once, into ``out``."""
+    return [
+        "eval",
+        "--model",
+        server.model,
+        "--api-base",
+        server.api_base,
+        "--api-key",
+        "sk",
+        "--agent",
+        "direct",
+        "--scenario",
+        "direct",
+        "--concurrency",
+        "3",
+        "--no-progress",
+        "--out",
+        str(out),
+        *extra,
+    ]

@@ -17,7 +17,7 @@ import pytest
 from hopgym.sandbox.docker.engine import connect_engine
 from tests.doc_blocks import DOCUMENTS, EXCERPT, NOT_HERE, ROOT, DocBlock, doc_block, doc_blocks
 from tests.sandbox.test_docker_env import missing_prerequisite as docker_env_missing
-from tests.serving.test_serve_scripted import served, viewed_episodes
+from tests.servers import model_server, viewed_episodes
 from tests.shared_data import needs_data
 
 COMMAND_LANGUAGES = {"bash", "sh", "shell", "console", "python"}
@@ -164,7 +164,7 @@ def test_the_tooltasks_commands_run_on_a_file_of_rows(tmp_path: Path) -> None:
     serve, *commands = doc_block("tooltasks-eval").commands()
     rows = json.loads((ROOT / "envs" / "tooltasks" / "example.json").read_text())
     (tmp_path / "my_tasks.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
-    with served(*serve[3:-1]):
+    with model_server(*serve[3:-1]):
         for command in commands:
             if command[1] == "view":  # serves until stopped: its page lists the run
                 assert viewed_episodes(command, cwd=tmp_path) == len(rows)

@@ -185,7 +185,7 @@ def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
     require_extra("openenv.core", "serve")  # skipped outside CI only
     from hopgym.serving.openenv_client import HopgymEnvClient
     from hopgym.serving.openenv_types import HopgymAction
-    from tests.serving.test_serve_env import served_in_thread
+    from tests.servers import env_server_in_thread
 
     async def episode(url: str) -> tuple[float, bool, Mapping[str, Any]]:
         async with HopgymEnvClient(url, api_key="k") as client:
@@ -199,7 +199,7 @@ def test_the_env_is_served_by_the_openenv_app_in_process() -> None:
             result = await client.step(HopgymAction.of({"role": "assistant", "content": "42"}))
             return float(result.reward or 0.0), bool(result.done), result.observation.info
 
-    with served_in_thread("k", ENV_ID) as url:
+    with env_server_in_thread("k", ENV_ID) as url:
         reward, done, info = asyncio.run(episode(url))
     assert (reward, done, info["metrics"]) == (1.0, True, {METRIC: 1.0})
 

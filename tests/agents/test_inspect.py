@@ -59,7 +59,7 @@ from hopgym.serving.rollouts import make_env  # noqa: E402
 from hopgym.serving.task_rows import task_starts  # noqa: E402
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.serving.test_serve_scripted import served  # noqa: E402
+from tests.servers import model_server  # noqa: E402
 
 CALL_IDS = ("id", "tool_call_id")
 """The scripted server numbers its calls in the order requests come: two runs' ids differ."""
@@ -92,7 +92,7 @@ def calls(record: dict[str, Any]) -> list[dict[str, Any]]:
 def test_inspect_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: Path) -> None:
     logs: dict[str, EvalLog] = {}
     expected: dict[str, dict[str, Any]] = {}
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         for env_id, kwargs in ENVS.items():
             task = TASKS[env_id](env_kwargs=kwargs, concurrency=2)
             logs[env_id] = inspect_eval(task, model, api_base, api_key, tmp_path / "inspect")
@@ -169,7 +169,7 @@ def test_a_model_error_ends_the_sample_with_it_and_the_next_run_works(tmp_path: 
         task = toolhop(concurrency=1)
         failed = inspect_eval(task, refusing.model, refusing.api_base, "sk", tmp_path, limit=1)
     assert not inspect_solver._OPEN
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         good = inspect_eval(toolhop(concurrency=1), model, api_base, api_key, tmp_path)
     assert failed.status == "error" and failed.error is not None
     assert "ModelError" in failed.error.message and "401" in failed.error.message
@@ -191,7 +191,7 @@ def test_a_sample_whose_index_the_env_lacks_ends_with_an_error_naming_it(tmp_pat
         solver=play_episode(TaskRollouts("ToolHop-v0", {}, 1)),
         scorer=hopgym_score(),
     )
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         log = inspect_eval(task, model, api_base, api_key, tmp_path)
         assert not inspect_solver._OPEN
         good = inspect_eval(toolhop(concurrency=1), model, api_base, api_key, tmp_path)
@@ -309,7 +309,7 @@ def test_inspect_eval_on_the_command_line_finds_the_provider_through_its_entry_p
     if not entry_points:
         unavailable("hopgym's inspect_ai entry point is not installed: pip install -e '.[inspect]' again")
     task = f"{ROOT}/hopgym/inspect/tasks.py@kgtool"
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         command = [str(Path(sys.executable).parent / "inspect"), "eval", task, "--model", f"hopgym/{model}"]
         command += ["--model-base-url", api_base, "-M", f"api_key={api_key}", "--limit", "1"]
         command += ["-T", f"env_kwargs={json.dumps(ENVS['KGTool-v0'])}", "--log-dir", str(tmp_path)]

@@ -19,8 +19,7 @@ import pytest
 
 from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
-from tests.agents.test_samples_scripted import eval_args, seed_policy
-from tests.scripted_runs import read_records
+from tests.scripted_runs import eval_args, read_records, seed_policy
 from tests.shared_data import SUBSET
 
 

@@ -26,8 +26,8 @@ from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
 from hopgym.errors import DataError
-from tests.agents.test_viewer import get, get_json
 from tests.scripted_runs import TASKS, read_records, solving_policy
+from tests.servers import get, get_json
 
 SECRET = "SECRET-OUTSIDE-THE-RUN-FOLDER"
 HANG_TIMEOUT = 120  # seconds: a refusal takes a few; a hang never ends

@@ -6,50 +6,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from hopgym.agents.evaluation.stats import mean_interval
-from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
 from hopgym.tasks.sampling import stratified_sample, task_stratum
-from tests.scripted_runs import TASK_BY_QUESTION, TASKS, question_of, read_records
-
-
-def seed_policy(cut_off_task: int | None = None):
-    """Answers at once: the gold answer when the request's seed is even, a wrong one when it is odd;
-    the reply for task ``cut_off_task`` comes back cut at its token cap (finish reason ``length``)."""
-
-    def policy(request: dict[str, Any]) -> ScriptedReply:
-        task = TASK_BY_QUESTION[question_of(request)]
-        answer = task.answer if request.get("seed", 0) % 2 == 0 else "I do not know"
-        cut = TASKS.index(task) == cut_off_task
-        return ScriptedReply(content=f"Final answer: {answer}", finish_reason="length" if cut else None)
-
-    return policy
-
-
-def eval_args(server: ScriptedModelServer, out: Path, *extra: str) -> list[str]:
-    return [
-        "eval",
-        "--model",
-        server.model,
-        "--api-base",
-        server.api_base,
-        "--api-key",
-        "sk",
-        "--agent",
-        "direct",
-        "--scenario",
-        "direct",
-        "--concurrency",
-        "3",
-        "--no-progress",
-        "--out",
-        str(out),
-        *extra,
-    ]
+from tests.scripted_runs import TASKS, eval_args, read_records, seed_policy
 
 
 def test_samples_run_each_task_k_times_and_pass_at_k_follows_the_seeds(tmp_path: Path) -> None:

@@ -22,8 +22,7 @@ import pytest
 from hopgym.agents.evaluation.tracking import flat_numbers, flat_params
 from hopgym.agents.model.scripted_server import ScriptedModelServer
 from hopgym.cli import main
-from tests.agents.test_samples_scripted import eval_args, seed_policy
-from tests.scripted_runs import read_records
+from tests.scripted_runs import eval_args, read_records, seed_policy
 
 _MISSING = [name for name in ("mlflow", "wandb") if importlib.util.find_spec(name) is None]
 needs_tracking = pytest.mark.skipif(

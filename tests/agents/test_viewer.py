@@ -9,7 +9,6 @@ elsewhere they skip naming what is missing.
 
 from __future__ import annotations
 
-import http.client
 import json
 import re
 import shutil
@@ -21,7 +20,7 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 import pytest
 
@@ -30,6 +29,7 @@ from hopgym.agents.report.viewer import open_viewer
 from hopgym.cli import main
 from tests.extras import require_extra, require_program
 from tests.scripted_runs import TASK_BY_QUESTION, TASKS, question_of, read_records
+from tests.servers import get, get_json
 
 HOSTILE = '<script>window.pwned = 1</script><img src=x onerror="window.pwned = 2">'
 """Model output that would run if the page put it into the DOM as markup."""
@@ -83,32 +83,6 @@ def viewer(runs: Path) -> Iterator[str]:
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=30) == 0
-
-
-def get(
-    url: str, path: str, host: str | None = None, token: str | None = ""
-) -> tuple[int, bytes, http.client.HTTPMessage]:
-    """GET ``path`` sent exactly as given (no client-side normalization of ``..``), with the token of
-    ``url`` (``token=""``), another one, or none (``None``) added to its query."""
-    address = urlsplit(url)
-    if token is not None:
-        token = token or parse_qs(address.query)["token"][0]
-        path += ("&" if "?" in path else "?") + urlencode({"token": token})
-    connection = http.client.HTTPConnection(address.hostname, address.port, timeout=10)
-    try:
-        connection.putrequest("GET", path, skip_host=True)
-        connection.putheader("Host", host or address.netloc)
-        connection.endheaders()
-        response = connection.getresponse()
-        return response.status, response.read(), response.headers
-    finally:
-        connection.close()
-
-
-def get_json(url: str, path: str) -> Any:
-    status, body, headers = get(url, path)
-    assert status == 200 and headers["Content-Type"] == "application/json"
-    return json.loads(body)
 
 
 def by_task(folder: Path) -> dict[str, dict[str, Any]]:

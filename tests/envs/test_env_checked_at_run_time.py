@@ -136,7 +136,7 @@ def test_serve_env_answers_a_session_whose_env_broke_a_rule_with_the_rule_and_ke
 
     from hopgym.serving.openenv_client import HopgymEnvClient
     from hopgym.serving.openenv_types import HopgymAction
-    from tests.serving.test_serve_env import served_in_thread
+    from tests.servers import env_server_in_thread
 
     async def session(url: str) -> list[str]:
         """A step the checker refuses, then a reset in the same session: both answered with the rule."""
@@ -150,7 +150,7 @@ def test_serve_env_answers_a_session_whose_env_broke_a_rule_with_the_rule_and_ke
                     answers.append(str(exc))
         return answers
 
-    with served_in_thread("k", "TextMetric-v0", {"plan": False}) as url:
+    with env_server_in_thread("k", "TextMetric-v0", {"plan": False}) as url:
         answers = asyncio.run(session(url))
         assert urllib.request.urlopen(f"{url}/health").status == 200  # the server goes on
     assert len(answers) == 2

@@ -22,8 +22,8 @@ from hopgym.cli import main
 from hopgym.envs.tooltasks.tasks import ROW_SCHEMA
 from hopgym.errors import DataError
 from hopgym.sandbox import make_sandbox
-from tests.agents.test_viewer import get_json
 from tests.scripted_runs import read_records
+from tests.servers import get_json
 from tests.shared_data import SUBSET, needs_data
 
 

@@ -33,7 +33,7 @@ require_extra("docker", "docker")
 
 from hopgym.errors import DockerUnavailableError, EnvServerError  # noqa: E402
 from hopgym.sandbox.docker.engine import build_image, connect_engine, sdk  # noqa: E402
-from tests.serving.test_serve_env import in_process, outcome, over_the_server, policy  # noqa: E402
+from tests.toolhop_episodes import in_process, outcome, over_the_server, policy  # noqa: E402
 
 pytestmark = pytest.mark.docker
 

@@ -26,8 +26,8 @@ if importlib.util.find_spec("ray") is None:
 require_extra("openenv.core", "serve")
 
 from tests.ray_cluster import NODE_IPS, Cluster, local_cluster  # noqa: E402
-from tests.serving.test_remote_rollouts import Policies, alive, as_played, expected, play  # noqa: E402
-from tests.serving.test_serve_env import descendants, wait_until  # noqa: E402
+from tests.servers import alive, descendants, wait_until  # noqa: E402
+from tests.toolhop_episodes import Policies, as_played, expected, play  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("ray-cluster")
 EPISODES = 8

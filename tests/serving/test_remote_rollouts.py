@@ -7,9 +7,6 @@ with every server dead an episode ends with an error naming them; a server of an
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import subprocess
-from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -22,78 +19,10 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 
 from hopgym.serving.remote_rollouts import on_servers  # noqa: E402
-from tests.serving.test_serve_env import READY, descendants, hopgym, in_process, policy, wait_until  # noqa: E402
+from tests.servers import env_servers  # noqa: E402
+from tests.toolhop_episodes import Policies, as_played, expected, play  # noqa: E402
 
 EPISODES = 8
-
-
-@contextlib.contextmanager
-def env_servers(count: int, *args: str) -> Iterator[list[tuple[str, subprocess.Popen]]]:
-    """``count`` ``hopgym serve env ARGS`` processes, started at once; killed (if still alive) when the
-    block ends, and each process's sandbox workers with it."""
-    processes = [
-        subprocess.Popen(hopgym("serve", "env", *args), stdout=subprocess.PIPE, text=True)
-        for _ in range(count)
-    ]
-    try:
-        started = []
-        for process in processes:
-            assert process.stdout is not None
-            line = process.stdout.readline().strip()
-            match = READY.match(line)
-            assert match, f"serve env did not print its ready line: {line!r}"
-            started.append((match.group(1), process))
-        yield started
-    finally:
-        for process in processes:
-            workers = descendants(process.pid)
-            process.kill()
-            process.wait(timeout=60)
-            assert wait_until(lambda workers=workers: not any(alive(pid) for pid in workers))
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat:
-            return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def as_played(rollout: Rollout) -> tuple[Any, ...]:
-    """A rollout as ``tests.serving.test_serve_env.in_process`` gives an episode: reward, correct, calls,
-    turns."""
-    calls = [(c["name"], c["arguments"], c["status"], c["errors"], c["feedback"]) for c in rollout.calls]
-    return rollout.reward, rollout.info.get("correct"), calls, rollout.turns
-
-
-def expected(episodes: range) -> list[tuple[Any, ...]]:
-    played = in_process(episodes)
-    return [(s[-1][0], s[-1][2], [c for step in s for c in step[3]], len(s)) for s in played]
-
-
-class Policies:
-    """The deterministic ToolHop policy of the serve tests, per episode, counting the observations each
-    episode's policy is shown; ``on_second_turn`` runs once, when some episode first reaches its second
-    turn (every episode then has a session open and has sent its first action)."""
-
-    def __init__(self, on_second_turn: Any = None) -> None:
-        self.shown: dict[int, int] = {}
-        self._on_second_turn = on_second_turn
-
-    def of(self, episode: int) -> Any:
-        async def act(observation: Mapping[str, Any], info: Mapping[str, Any]) -> Any:
-            self.shown[episode] = self.shown.get(episode, 0) + 1
-            if self.shown[episode] == 2 and self._on_second_turn is not None:
-                self._on_second_turn, run = None, self._on_second_turn
-                run()
-            return policy(observation, episode)
-
-        return act
-
-
-async def play(rollouts: Any, policies: Policies, episodes: range) -> list[Rollout]:
-    return list(await asyncio.gather(*(rollouts.episode(policies.of(i), {"index": i}) for i in episodes)))
 
 
 def test_a_server_killed_mid_episode_has_its_episodes_replayed_on_the_other_each_reward_once() -> None:

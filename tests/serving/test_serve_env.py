@@ -8,17 +8,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import re
 import resource
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -33,133 +31,18 @@ require_extra("openenv.core", "serve")
 
 from websockets.asyncio.client import connect  # noqa: E402 - after the extra is known to be there
 
-from hopgym.agents.model.scripted_server import placeholder_arguments  # noqa: E402
 from hopgym.errors import EnvServerError  # noqa: E402
-from hopgym.messages import tool_call  # noqa: E402
+from tests.servers import ENV_SERVER_READY, descendants, env_server, env_server_in_thread, hopgym, wait_until  # noqa: E402
+from tests.toolhop_episodes import Outcome, in_process, outcome, over_the_server, policy  # noqa: E402
 
-READY = re.compile(r"^ready: --base-url (http://127\.0\.0\.1:\d+)$")
 EPISODES = 100
 SESSIONS = 8
 
 
-def hopgym(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hopgym.cli", *args]
-
-
-@contextlib.contextmanager
-def served(*args: str) -> Iterator[tuple[str, subprocess.Popen]]:
-    """``hopgym serve env ARGS`` until the block ends; yields its base URL and process. SIGTERM stops it
-    like Ctrl-C, and it leaves no process behind."""
-    server = subprocess.Popen(hopgym("serve", "env", *args), stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        line = server.stdout.readline().strip()
-        match = READY.match(line)
-        assert match, f"serve env did not print its ready line: {line!r}"
-        yield match.group(1), server
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=60) == 130
-    assert descendants(server.pid) == []
-
-
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen]]:
-    with served("--max-sessions", str(SESSIONS)) as running:
+    with env_server("--max-sessions", str(SESSIONS)) as running:
         yield running
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process under ``pid`` (its sandbox workers, their bwrap and templates), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            stat = Path(f"/proc/{entry}/stat").read_text()
-            fields = stat.rsplit(")", 1)[1].split()
-            if fields[0] != "Z":
-                children.setdefault(int(fields[1]), []).append(int(entry))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), ()):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def wait_until(check: Any, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
-
-
-def policy(observation: Mapping[str, Any], episode: int) -> dict[str, Any] | str:
-    """A deterministic policy that exercises call statuses: episode by episode it calls a real tool with
-    placeholder arguments, an unknown tool, or a real tool without its arguments; then it answers with
-    the last tool message."""
-    messages, tools = observation["messages"], observation["tools"]
-    results = [m["content"] for m in messages if m["role"] == "tool"]
-    if results or not tools:
-        return f"Final answer: {results[-1] if results else 'unknown'}"
-    function = tools[episode % len(tools)]["function"]
-    name, arguments = function["name"], placeholder_arguments(function.get("parameters") or {})
-    if episode % 5 == 3:
-        name = "no_such_tool"
-    elif episode % 5 == 4:
-        arguments = {}
-    return {"role": "assistant", "content": None, "tool_calls": [tool_call(name, arguments, "c0")]}
-
-
-Outcome = list[tuple[Any, ...]]
-
-
-def outcome(reward: float, done: bool, info: Mapping[str, Any]) -> tuple[Any, ...]:
-    calls = [(c["name"], c["arguments"], c["status"], c["errors"], c["feedback"]) for c in info["calls"]]
-    return reward, done, info.get("correct"), calls
-
-
-def in_process(episodes: range) -> list[Outcome]:
-    env = gym.make("ToolHop-v0")
-    try:
-        played = []
-        for episode in episodes:
-            observation, _ = env.reset(options={"index": episode})
-            steps, done = [], False
-            while not done:
-                observation, reward, terminated, truncated, info = env.step(policy(observation, episode))
-                done = terminated or truncated
-                steps.append(outcome(float(reward), done, info))
-            played.append(steps)
-        return played
-    finally:
-        env.close()
-
-
-async def over_the_server(
-    url: str, episodes: range, sessions: int, api_key: str | None = None
-) -> list[Outcome]:
-    from hopgym.serving.openenv_client import HopgymEnvClient
-    from hopgym.serving.openenv_types import HopgymAction
-
-    played: dict[int, Outcome] = {}
-
-    async def session(mine: list[int]) -> None:
-        async with HopgymEnvClient(url, api_key=api_key) as client:
-            for episode in mine:
-                result = await client.reset(index=episode)
-                steps = []
-                while not result.done:
-                    action = HopgymAction.of(policy(result.observation.model_dump(), episode))
-                    result = await client.step(action)
-                    steps.append(outcome(float(result.reward or 0), result.done, result.observation.info))
-                played[episode] = steps
-
-    await asyncio.gather(*(session(list(episodes)[k::sessions]) for k in range(sessions)))
-    return [played[episode] for episode in episodes]
 
 
 def test_100_episodes_over_8_sessions_equal_in_process_steps(server: tuple[str, subprocess.Popen]) -> None:
@@ -283,7 +166,7 @@ def test_an_idle_session_is_closed_with_its_sandbox_and_socket_and_the_client_sa
     from hopgym.serving.openenv_types import HopgymAction
 
     timeout = 2.0
-    with served("--max-sessions", "1", "--session-timeout", f"{timeout:g}") as (url, process):
+    with env_server("--max-sessions", "1", "--session-timeout", f"{timeout:g}") as (url, process):
 
         async def scenario() -> str:
             async with HopgymEnvClient(url) as idle:
@@ -406,32 +289,6 @@ def test_a_session_past_the_cap_is_refused_with_a_message(server: tuple[str, sub
     assert "capacity" in message and f"{SESSIONS}/{SESSIONS}" in message and "CAPACITY_REACHED" in message
 
 
-@contextlib.contextmanager
-def served_in_thread(
-    api_key: str, env_id: str = "ToolHop-v0", env_kwargs: Mapping[str, Any] | None = None
-) -> Iterator[str]:
-    """The app serving ``env_id`` with an API key on a uvicorn server in a thread of this process (on
-    127.0.0.1)."""
-    import threading
-
-    import uvicorn
-
-    from hopgym.serving.openenv_server import ServedEnv, env_app, serving
-
-    served = ServedEnv(env_id, dict(env_kwargs or {}), 1)
-    listener = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(env_app(served, api_key), log_level="error"))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
-    with serving(served), listener:
-        thread.start()
-        assert wait_until(lambda: server.started, timeout=30)
-        try:
-            yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-        finally:
-            server.should_exit = True
-            thread.join(timeout=30)
-
-
 @pytest.mark.parametrize(
     ("flags", "named"),
     [
@@ -460,7 +317,7 @@ def test_a_server_raises_its_open_file_limit_to_what_its_sessions_need() -> None
         command, stdout=subprocess.PIPE, text=True, preexec_fn=open_file_limits(512, 4096)
     ) as server:
         try:
-            assert server.stdout is not None and READY.match(server.stdout.readline().strip())
+            assert server.stdout is not None and ENV_SERVER_READY.match(server.stdout.readline().strip())
             limits = Path(f"/proc/{server.pid}/limits").read_text()
             assert re.search(r"^Max open files\s+1856\s+4096\s+files", limits, re.MULTILINE), limits
         finally:
@@ -484,7 +341,7 @@ def test_a_server_whose_hard_open_file_limit_cannot_hold_its_sessions_refuses_to
 def test_an_api_key_guards_every_route_but_health() -> None:
     from hopgym.serving.openenv_client import HopgymEnvClient
 
-    with served_in_thread("s3cret") as url:
+    with env_server_in_thread("s3cret") as url:
         assert urllib.request.urlopen(f"{url}/health").status == 200
         with pytest.raises(urllib.error.HTTPError) as unauthorized:
             urllib.request.urlopen(f"{url}/schema")

@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect  # noqa: E402 - after the extra is
 from hopgym.agents.model.scripted_server import placeholder_arguments  # noqa: E402
 from hopgym.messages import tool_call  # noqa: E402
 from hopgym.serving.mcp_tools import mcp_error_type, mcp_tools  # noqa: E402
-from tests.serving.test_serve_env import descendants, served, wait_until  # noqa: E402
+from tests.servers import descendants, env_server, wait_until  # noqa: E402
 
 EPISODES = 20
 SESSIONS = 4
@@ -32,7 +32,7 @@ SESSIONS = 4
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[tuple[str, subprocess.Popen]]:
-    with served("--max-sessions", str(SESSIONS)) as running:
+    with env_server("--max-sessions", str(SESSIONS)) as running:
         yield running
 
 

@@ -4,49 +4,22 @@ from the README itself."""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import re
 import shlex
-import signal
 import subprocess
-import sys
-import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 
 from hopgym.agents.model.scripted_server import placeholder_arguments, smoke_script
 from tests.doc_blocks import doc_block
 from tests.scripted_runs import TASKS, read_records
-
-READY = re.compile(r"^ready: --model (\S+) --api-base (http://127\.0\.0\.1:\d+/v1) --api-key (\S+)$")
-
-
-def hopgym(*args: str) -> list[str]:
-    """The ``hopgym`` console command, as this interpreter runs it."""
-    return [sys.executable, "-m", "hopgym.cli", *args]
-
-
-@contextlib.contextmanager
-def served(*args: str) -> Iterator[tuple[str, str, str]]:
-    """Run ``hopgym serve scripted ARGS`` until the block ends; yields the (model, api base, api key) it
-    prints. SIGTERM stops it like Ctrl-C."""
-    server = subprocess.Popen(hopgym("serve", "scripted", *args), stdout=subprocess.PIPE, text=True)
-    try:
-        assert server.stdout is not None
-        match = READY.match(server.stdout.readline().strip())
-        assert match, "serve scripted did not print its ready line"
-        yield match.group(1), match.group(2), match.group(3)
-    finally:
-        server.send_signal(signal.SIGTERM)
-        assert server.wait(timeout=30) == 130  # stopped as by Ctrl-C: "hopgym: interrupted"
+from tests.servers import hopgym, model_server, viewed_episodes
 
 
 def test_eval_runs_against_the_served_mock_and_every_episode_calls_a_tool_then_answers(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "run"
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         command = ["eval", "--model", model, "--api-base", api_base, "--api-key", api_key, "--limit", "3"]
         done = subprocess.run(
             hopgym(*command, "--out", str(out), "--no-progress"), capture_output=True, text=True
@@ -83,27 +56,11 @@ def test_the_mock_policy_fills_required_parameters_by_type_and_answers_without_t
     assert smoke_script({"messages": [{"role": "user", "content": "q"}]}).content == "Final answer: unknown"
 
 
-def viewed_episodes(command: list[str], cwd: Path) -> int:
-    """Start ``hopgym view ...`` as the README does, read the episode count its page's API reports for the
-    one run, and stop it with SIGTERM."""
-    viewer = subprocess.Popen(hopgym(*command[1:]), cwd=cwd, stdout=subprocess.PIPE, text=True)
-    try:
-        assert viewer.stdout is not None
-        found = re.search(r"(http://127\.0\.0\.1:\d+/)(\?token=[\w-]+)", viewer.stdout.readline())
-        assert found, "hopgym view did not print its URL"
-        with urllib.request.urlopen(found.group(1) + "api/runs" + found.group(2), timeout=30) as response:
-            (run,) = json.load(response)
-        return int(run["episodes"])
-    finally:
-        viewer.send_signal(signal.SIGTERM)
-        assert viewer.wait(timeout=30) == 0
-
-
 def test_the_readme_research_loop_runs_as_written(tmp_path: Path) -> None:
     serve, *commands = doc_block("research-loop").commands()
     assert serve[:3] == ["hopgym", "serve", "scripted"] and serve[-1] == "&"  # started in the background
     assert [c[1] for c in commands] == ["eval", "view", "rescore", "report"]
-    with served(*serve[3:-1]) as (_, api_base, _):
+    with model_server(*serve[3:-1]) as (_, api_base, _):
         assert api_base in commands[0]  # the eval line names the server's URL
         for command in commands:
             if command[1] == "view":  # serves until stopped: its page lists the run (browser: test_viewer.py)

@@ -19,7 +19,7 @@ from tests.extras import require_extra
 require_extra("openenv.core", "serve")
 
 from hopgym.errors import EnvServerError  # noqa: E402
-from tests.serving.test_serve_env import hopgym, served  # noqa: E402
+from tests.servers import env_server, hopgym  # noqa: E402
 
 UNISOLATED = ["--env-arg", 'sandbox_options={"isolation": "none", "cgroup": "none"}']
 OPTION = "--allow-unisolated-code"
@@ -46,7 +46,7 @@ async def code_then_answer(url: str, code: str, api_key: str | None = None) -> t
 def test_code_is_refused_on_the_session_without_the_option_and_the_session_goes_on(tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     code = f"open({str(marker)!r}, 'w').write('ran')"
-    with served(*UNISOLATED) as (url, _):
+    with env_server(*UNISOLATED) as (url, _):
         refused, reward = asyncio.run(code_then_answer(url, code))
         assert isinstance(refused, EnvServerError) and OPTION in str(refused), refused
         assert reward == 0.0 and not marker.exists()
@@ -73,7 +73,7 @@ def code_reads(folder: Path) -> None:
         "    except OSError as exc:\n"
         "        print(os.getuid(), type(exc).__name__)\n"
     )
-    with served(*UNISOLATED, OPTION) as (url, _):
+    with env_server(*UNISOLATED, OPTION) as (url, _):
         printed, _ = asyncio.run(code_then_answer(url, code))
     # started as root the workers run as nobody; otherwise as the server's own user, reading its files
     uid = 65534 if os.geteuid() == 0 else os.geteuid()
@@ -85,7 +85,7 @@ def test_tooltasks_refuses_to_start_unisolated_without_the_option() -> None:
     command = hopgym("serve", "env", "--env", "ToolTasks-v0", *UNISOLATED)
     refused = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and OPTION in refused.stderr and "ready:" not in refused.stdout
-    with served("--env", "ToolTasks-v0", *UNISOLATED, OPTION) as (url, _):
+    with env_server("--env", "ToolTasks-v0", *UNISOLATED, OPTION) as (url, _):
         _, reward = asyncio.run(code_then_answer(url, "print(1)"))
         assert reward == 0.0
 
@@ -108,7 +108,7 @@ def test_the_key_file_guards_the_server(tmp_path: Path) -> None:
         async with HopgymEnvClient(url, api_key="file-key") as client:
             assert (await client.reset(index=0)).observation.info["task_id"]
 
-    with served("--api-key-file", str(key)) as (url, server):
+    with env_server("--api-key-file", str(key)) as (url, server):
         asyncio.run(sessions(url))
         assert "file-key" not in Path(f"/proc/{server.pid}/cmdline").read_text()
         assert b"file-key" not in Path(f"/proc/{server.pid}/environ").read_bytes()

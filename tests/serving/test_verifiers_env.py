@@ -18,7 +18,7 @@ require_extra("verifiers", "verifiers")
 
 from hopgym.cli import main  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.serving.test_serve_scripted import served  # noqa: E402
+from tests.servers import model_server  # noqa: E402
 
 ENV_MODULE = ROOT / "environments" / "hopgym_env"
 ROWS = 4
@@ -55,7 +55,7 @@ def vf_eval_config(model: str, api_base: str, out: Path) -> str:
 
 def test_vf_eval_answer_correctness_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: Path) -> None:
     config = tmp_path / "evals.toml"
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         config.write_text(vf_eval_config(model, api_base, tmp_path / "vf"))
         environment = {
             **os.environ,

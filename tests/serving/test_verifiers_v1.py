@@ -38,7 +38,7 @@ from hopgym.serving.verifiers_v1 import (  # noqa: E402
 )
 from tests.harness_runs import ENVS, PAPER_COLUMNS, ROWS, hopgym_eval  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
-from tests.serving.test_serve_scripted import served  # noqa: E402
+from tests.servers import model_server  # noqa: E402
 
 TASKSET_MODULE = ROOT / "environments" / "hopgym_v1"
 
@@ -76,7 +76,7 @@ def test_v1_eval_equals_hopgym_eval_on_the_same_scripted_replies(tmp_path: Path,
     }
     eval_command = Path(sys.executable).parent / "eval"  # verifiers' v1 console script
     kwargs = ENVS[env_id]
-    with served() as (model, api_base, api_key):
+    with model_server() as (model, api_base, api_key):
         config = tmp_path / f"{env_id}.toml"
         config.write_text(eval_config(env_id, kwargs, model, api_base, tmp_path / "v1"))
         done = subprocess.run(

@@ -619,7 +619,7 @@ def test_a_run_on_two_env_servers_one_killed_after_the_first_step_completes_and_
     from hopgym.serving.remote_rollouts import on_servers
     from hopgym.train.grpo import train
     from hopgym.train.steplog import StepLog, read_steps
-    from tests.serving.test_remote_rollouts import env_servers
+    from tests.servers import env_servers
 
     script_first_calls(monkeypatch, every_episode=True)
     env_args = [f"--env-arg={key}={json.dumps(value)}" for key, value in ENV_KWARGS.items()]
