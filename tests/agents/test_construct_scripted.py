@@ -4,13 +4,13 @@ ToolHop-v0 and a scripted oracle solves it."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -21,7 +21,7 @@ import pytest
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.construction.checks import check_execution, check_signature, parse_proposed_call
 from hopgym.agents.construction.pipeline import report_path, rows_path
-from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import Script, ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop.construction_rows import read_query_rows
@@ -260,13 +260,22 @@ def marked(question: str, row_id: str) -> str:
     return f"{question} [row {row_id}]"
 
 
-def slow_marked_model(request: dict[str, Any]) -> ScriptedReply:
-    """:func:`constructing_model` for questions marked with their row (:func:`marked`), 0.15 s per reply."""
-    messages = [
-        {**message, "content": re.sub(r" \[row [^\]]+\]", "", message["content"])}
-        for message in request["messages"]
-    ]
-    return dataclasses.replace(constructing_model({**request, "messages": messages}), delay=0.15)
+def gated_marked_model(first_rows: set[str], gate: threading.Event) -> Script:
+    """:func:`constructing_model` for questions marked with their row (:func:`marked`). A request that
+    names a row outside ``first_rows`` waits until ``gate`` is set: a run killed once some of its first rows
+    are done cannot have finished any other, however fast or slow the machine."""
+
+    def model(request: dict[str, Any]) -> ScriptedReply:
+        named = {row for m in request["messages"] for row in re.findall(r"\[row ([^\]]+)\]", m["content"])}
+        if not named <= first_rows:
+            gate.wait()
+        messages = [
+            {**message, "content": re.sub(r" \[row [^\]]+\]", "", message["content"])}
+            for message in request["messages"]
+        ]
+        return constructing_model({**request, "messages": messages})
+
+    return model
 
 
 @pytest.mark.early  # three construct runs in subprocesses: 16 s under make test
@@ -285,7 +294,8 @@ def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_pa
     queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "dataset.json"
     progress = rows_path(out)
-    with ScriptedModelServer(slow_marked_model) as server:
+    first_rows, gate = {row["id"] for row in rows[:3]}, threading.Event()  # the 3 rows of the first wave
+    with ScriptedModelServer(gated_marked_model(first_rows, gate)) as server:
         command = [
             sys.executable, "-m", "hopgym.cli", "construct", "--input", str(queries), "--model", server.model,
             "--api-base", server.api_base, "--api-key", "sk", "--out", str(out), "--max-attempts", "2",
@@ -298,9 +308,10 @@ def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_pa
             time.sleep(0.05)
         os.killpg(first.pid, signal.SIGKILL)
         first.wait(timeout=60)
+        gate.set()  # the killed run's waiting requests answer a dead client; the next runs are not held
         before = progress.read_text()
         done_before = [json.loads(line)["id"] for line in before.splitlines()]
-        assert 2 <= len(done_before) < len(rows)
+        assert len(done_before) >= 2 and set(done_before) <= first_rows
         assert not out.exists()  # the dataset is written only once every row is done
         seen = len(server.requests)
         again = subprocess.run(command, capture_output=True, text=True, timeout=120)
