@@ -12,6 +12,7 @@ server opens and releases from openenv's threads, and an asyncio waiter is woken
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import logging
 import threading
@@ -34,9 +35,11 @@ class _Place(enum.Enum):
 class EnvPool:
     """Up to ``size`` envs made by ``make_env`` (``envs``: some made already). ``reuse``: a healthy env
     given back waits for the next taker (else it is closed). ``background``: the threads that make envs
-    for :meth:`acquire` and close discarded ones, so that neither blocks an event loop (None: a discarded
-    env is closed in the thread that gave it back). ``cap_name`` names the cap in error messages (the
-    option a user sets it with)."""
+    for :meth:`acquire` and close discarded ones, so that neither blocks an event loop; a discarded env's
+    place is then free at once, while its close runs. Without them (None) a discarded env is closed in the
+    thread that gave it back and its place is free once it is closed, so the cap bounds every env that
+    exists, those closing included (a server's processes and open files). ``cap_name`` names the cap in
+    error messages (the option a user sets it with)."""
 
     def __init__(
         self,
@@ -57,7 +60,7 @@ class EnvPool:
         """Every env made and not discarded, in the order made (a dict: an ordered set)."""
         self._idle: list[gym.Env] = list(self._live)
         self._places = len(self._live)
-        """Places taken: the live envs and those being made."""
+        """Places taken: the live envs, those being made and (without background threads) those closing."""
         self._waiters: list[asyncio.Future[None]] = []
         self._closing: dict[Future[None], gym.Env] = {}
         """Discarded envs whose close runs in the background (:meth:`close_all` waits for them)."""
@@ -105,12 +108,12 @@ class EnvPool:
             self._wake()
 
     def _wake(self) -> None:
-        """Under the lock: every waiting :meth:`acquire` looks again (an env came back or a place is free)."""
-        for waiter in self._waiters:
-            loop = waiter.get_loop()
-            if not loop.is_closed():
-                loop.call_soon_threadsafe(_set_done, waiter)
-        self._waiters.clear()
+        """Under the lock, once the pool's state has changed: every waiting :meth:`acquire` looks again (an
+        env came back or a place is free). A waiter whose loop has closed is waiting no more."""
+        waiters, self._waiters = self._waiters, []
+        for waiter in waiters:
+            with contextlib.suppress(RuntimeError):  # its loop closed (between any check and the call)
+                waiter.get_loop().call_soon_threadsafe(_set_done, waiter)
 
     def open(self) -> gym.Env:
         """An env now, made in the calling thread if none is idle, or :class:`EnvServerError` at once when
@@ -143,8 +146,13 @@ class EnvPool:
         """:meth:`_make` in the background threads. If the taker is cancelled meanwhile, the env is given
         back once made (or its place freed, if its make never started)."""
         if self._background is None:
+            self._free_place()
             raise RuntimeError("EnvPool.acquire needs the pool's background threads (background=)")
-        made = self._background.submit(self._make)
+        try:
+            made = self._background.submit(self._make)
+        except RuntimeError:  # its threads stopped: the pool's owner is closing
+            self._free_place()
+            raise EnvServerError(CLOSED) from None
         try:
             return await asyncio.wrap_future(made)
         except asyncio.CancelledError:
@@ -168,21 +176,34 @@ class EnvPool:
 
     def release(self, env: gym.Env, healthy: bool = True) -> None:
         """Take back ``env``: a healthy one waits for the next taker if the pool reuses envs; any other is
-        discarded (out of the live set, its place free at once) and closed, in the background threads if
-        the pool has them. An env the pool does not hold (closed by :meth:`close_all`) is left alone."""
+        discarded (out of the live set) and closed: in the background threads if the pool has them, its
+        place free at once; else here, its place free once it is closed. A discarded env whose close fails
+        is logged, not raised. An env the pool does not hold (closed by :meth:`close_all`) is left alone."""
         with self._lock:
             if env not in self._live:
                 return
-            self._wake()
             if healthy and self._reuse:
-                self._idle.append(env)
+                if env not in self._idle:  # given back twice: still one place in the queue, not two takers
+                    self._idle.append(env)
+                    self._wake()
                 return
             del self._live[env]
-            self._places -= 1
+            if env in self._idle:  # discarded without being taken
+                self._idle.remove(env)
+            if self._background is not None:
+                self._places -= 1
+                self._wake()
         if self._background is None:
-            env.close()
+            try:
+                _close_discarded(env)
+            finally:
+                self._free_place()
             return
-        closing = self._background.submit(env.close)
+        try:
+            closing = self._background.submit(_close_discarded, env)
+        except RuntimeError:  # its threads stopped (the pool's owner is closing): closed here instead
+            _close_discarded(env)
+            return
         with self._lock:
             self._closing[closing] = env
         closing.add_done_callback(self._closed_in_background)
@@ -191,14 +212,13 @@ class EnvPool:
         if closing.cancelled():  # its threads stopped first: close_all closes it
             return
         with self._lock:
-            env = self._closing.pop(closing, None)
-        if closing.exception() is not None:
-            logger.error("closing a discarded env (%r) failed", env, exc_info=closing.exception())
+            self._closing.pop(closing, None)
 
     def close_all(self) -> None:
         """Close every env alive, and finish the closes of discarded ones; the pool gives out no env after
         this. Call it once the envs' steps have ended (a close under a running step would break it). Every
-        env is closed even if one close fails; the first failure is raised then."""
+        env is closed even if one close fails; the first failure of a live env's close is raised then (a
+        discarded env's is logged, wherever its close ran)."""
         with self._lock:
             self._closed = True
             envs, closing = list(self._live), dict(self._closing)
@@ -207,9 +227,9 @@ class EnvPool:
             self._wake()
         for future, env in closing.items():
             if future.cancel():  # never started: its threads were shut down first
-                envs.append(env)
+                _close_discarded(env)
             else:
-                future.exception()  # waits for it; a failure is logged by its callback
+                future.result()  # waits for it (_close_discarded logs a failure, never raises)
         failure: Exception | None = None
         for env in envs:
             try:
@@ -218,6 +238,14 @@ class EnvPool:
                 failure = failure or exc
         if failure is not None:
             raise failure
+
+
+def _close_discarded(env: gym.Env) -> None:
+    """Close an env the pool discarded; a failure is logged (nobody waits on this close to hear of it)."""
+    try:
+        env.close()
+    except Exception:
+        logger.exception("closing a discarded env (%r) failed", env)
 
 
 def _set_done(waiter: asyncio.Future[None]) -> None:

@@ -12,10 +12,11 @@ listens; a client chooses only tasks (``reset(task_id=... | index=..., seed=...)
 it sends reaches the data path, the sandbox options or another session. A bad reset option or action is a
 ``ConfigError`` / ``ActionError`` sent back as an error frame on that session only, which goes on.
 
-At most ``max_sessions`` envs are open at once (:class:`~hopgym.serving.env_pool.EnvPool`; a session's env
-gives its place back as its close starts): openenv refuses a WebSocket session beyond its cap (an error
-frame with code ``CAPACITY_REACHED``, then a close), and the plain HTTP ``/reset`` and ``/step`` routes,
-which openenv serves with a fresh env per request, take a place of the same cap while they run. A session
+At most ``max_sessions`` envs exist at once (:class:`~hopgym.serving.env_pool.EnvPool`; a session's env
+gives its place back once it is closed, so envs still closing count): openenv refuses a WebSocket session
+beyond its cap (an error frame with code ``CAPACITY_REACHED``, then a close), and the plain HTTP ``/reset``
+and ``/step`` routes, which openenv serves with a fresh env per request, take a place of the same cap while
+they run. A session
 whose client sends nothing for ``session_timeout`` seconds is closed (:class:`IdleClose`): its env and
 sandbox workers, its place, and its socket, with close code :data:`IDLE_CLOSE_CODE`.
 """

@@ -238,3 +238,70 @@ def test_a_discarded_env_whose_close_never_started_is_closed_by_close_all() -> N
         executor.shutdown(wait=True)
     pool.close_all()
     assert closed(broken)
+
+
+class HeldClose(gym.Wrapper):
+    """A real env whose close waits until the test lets it go on (a sandbox slow to stop)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        super().__init__(env)
+        self.closing, self.go_on = threading.Event(), threading.Event()
+
+    def close(self) -> None:
+        self.closing.set()
+        assert self.go_on.wait(60), "the test never let the close go on"
+        super().close()
+
+
+def test_without_background_threads_a_place_comes_back_only_once_its_env_is_closed() -> None:
+    """A server's cap bounds every env that exists, those still closing included (their processes and open
+    files): a session past the cap is refused while a closed session's env is still closing."""
+    held = HeldClose(make_toolhop())
+    pool = EnvPool(lambda: held, 1, reuse=False, cap_name="--max-sessions")
+    env = pool.open()
+    closing = threading.Thread(target=pool.release, args=(env,))
+    closing.start()
+    try:
+        assert held.closing.wait(60)
+        with pytest.raises(EnvServerError, match="at capacity"):
+            pool.open()
+    finally:
+        held.go_on.set()
+        closing.join(60)
+    assert closed(held)
+    fresh = EnvPool(make_toolhop, 1, reuse=False)
+    assert works(fresh.open())  # the place is back: a new env can be opened at once
+    fresh.close_all()
+
+
+def test_after_its_background_threads_stopped_a_broken_env_is_closed_where_it_is_given_back() -> None:
+    executor = ThreadPoolExecutor(1)
+    pool = EnvPool(make_toolhop, 1, envs=[make_toolhop()], background=executor)
+    broken = pool.open()  # the idle env, taken
+    executor.shutdown(wait=True)
+    pool.release(broken, healthy=False)  # no thread to close it in: closed here, not lost
+    assert closed(broken) and pool.envs == []
+
+    async def taken() -> gym.Env:
+        return await pool.acquire()
+
+    with pytest.raises(EnvServerError, match="closed"):  # no thread to make one in either
+        asyncio.run(taken())
+    env = pool.open()  # the refused make gave its place back
+    assert works(env)
+    pool.close_all()
+
+
+def test_an_env_given_back_twice_goes_to_one_taker_and_an_idle_one_discarded_is_never_lent() -> None:
+    pool = EnvPool(make_toolhop, 2, envs=[make_toolhop()])
+    env = pool.open()
+    pool.release(env)
+    pool.release(env)  # twice, by mistake
+    first, second = pool.open(), pool.open()
+    assert first is env and second is not env
+    pool.release(first)
+    pool.release(first, healthy=False)  # idle, then discarded: closed and out of the queue
+    assert closed(first) and pool.envs == [second]
+    third = pool.open()
+    assert third is not first and works(third)
+    pool.close_all()

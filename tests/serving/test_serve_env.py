@@ -139,9 +139,9 @@ def test_a_killed_client_leaves_no_worker_process(server: tuple[str, subprocess.
 
 @contextlib.asynccontextmanager
 async def session_when_free(url: str, index: int, patience: float = 120.0) -> AsyncIterator[tuple[Any, Any]]:
-    """A client and its first reset, once the server has a place: a closed session's place comes back as
-    the server starts closing its env (hopgym's pool) and once openenv has dropped the session (openenv's
-    own cap), which under load may be later than a client that saw its workers go asks."""
+    """A client and its first reset, once the server has a place: a closed session's place comes back once
+    the server has closed its env (hopgym's pool) and openenv has dropped the session (openenv's own cap),
+    which under load may be later than a client that saw its workers go asks."""
     from hopgym.serving.openenv_client import HopgymEnvClient
 
     give_up = time.monotonic() + patience
