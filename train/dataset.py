@@ -5,7 +5,7 @@ its own format from the same task starts."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 
@@ -13,7 +13,8 @@ from hopgym.errors import ConfigError
 from hopgym.moved import moved_names
 from hopgym.serving.task_rows import task_starts, trl_row
 
-__getattr__ = moved_names(__name__)  # names that moved to hopgym.serving.task_rows still import
+if not TYPE_CHECKING:  # the type checker flags an old path (and keeps checking every other name)
+    __getattr__ = moved_names(__name__)  # names that moved to hopgym.serving.task_rows still import
 
 
 def task_dataset(env: gym.Env, indices: Sequence[int]) -> Any:

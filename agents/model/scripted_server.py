@@ -14,10 +14,13 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, Self
+from typing import TYPE_CHECKING, Any, Protocol
 
 from hopgym.errors import ConfigError
 from hopgym.messages import tool_call as openai_tool_call
+
+if TYPE_CHECKING:
+    from typing import Self  # Python 3.11+: only read by the type checker here (hopgym supports 3.10)
 
 
 @dataclass(frozen=True)
