@@ -17,13 +17,14 @@ ISOLATION_PROGRAMS = {"bwrap": ("bwrap", "bubblewrap")}
 
 TORCH_GROUP = "torch"
 """The xdist group of the modules whose extras import torch and transformers (train, retrieval), but for
-tests/test_train_grpo.py: seconds of CPU per process, so one worker imports them once for all of them."""
+tests/train/test_train_grpo.py: seconds of CPU per process, so one worker imports them once for all of
+them."""
 GRPO_GROUP = "torch-grpo"
-"""tests/test_train_grpo.py's xdist group, beside ``TORCH_GROUP`` on another worker: as one group the torch
-tests ran one after another for 200 s on a quiet machine (2026-11-29), the end of ``make test``; split,
-the longer part is GRPO's 110 s, for one more import of torch and TRL (7 s of CPU). Two workers training
-at once fit in memory: the largest torch test (test_train_environments' three-env run) peaks at 5.2 GB,
-GRPO's at 1.5 GB."""
+"""tests/train/test_train_grpo.py's xdist group, beside ``TORCH_GROUP`` on another worker: as one group the
+torch tests ran one after another for 200 s on a quiet machine (2026-11-29), the end of ``make test``;
+split, the longer part is GRPO's 110 s, for one more import of torch and TRL (7 s of CPU). Two workers
+training at once fit in memory: the largest torch test (test_train_environments' three-env run) peaks at
+5.2 GB, GRPO's at 1.5 GB."""
 
 
 def require_extra(module: str, extra: str) -> None:

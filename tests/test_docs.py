@@ -91,6 +91,35 @@ def run_hopgym(command: list[str], cwd: Path) -> None:
     assert done.returncode == 0, f"{command}: {done.stderr[-3000:]}"
 
 
+_TEST_PATH = re.compile(r"(?<![\w/.-])tests/[\w/]+\.py\b")
+"""A path into the test suite as the docs, docstrings and scripts name one (not another project's)."""
+_SKIPPED_DIRS = {".git", ".venv", "runs", "node_modules", "__pycache__", "hopgym.egg-info"}
+
+
+def _text_files() -> list[Path]:
+    found = []
+    for path in ROOT.rglob("*"):
+        if _SKIPPED_DIRS & set(path.relative_to(ROOT).parts) or not path.is_file():
+            continue
+        if path.suffix in {".py", ".md", ".sh", ".toml", ".yaml", ".cfg"} or path.name in {"Makefile", "run"}:
+            found.append(path)
+    return found
+
+
+def test_every_test_file_a_doc_or_docstring_names_exists() -> None:
+    """Test files move (the suite mirrors the package); a path left behind sends a reader nowhere."""
+    files = _text_files()
+    assert ROOT / "README.md" in files and ROOT / ".ci" / "run" in files
+    named = {
+        (path.relative_to(ROOT).as_posix(), found)
+        for path in files
+        for found in _TEST_PATH.findall(path.read_text(errors="replace"))
+    }
+    assert len(named) >= 20  # the suite is named in many places: the search itself works
+    missing = sorted(f"{where}: {found}" for where, found in named if not (ROOT / found).is_file())
+    assert not missing, "paths to test files that do not exist:\n" + "\n".join(missing)
+
+
 @needs_data("toolhop/toolhop_subset100.jsonl")
 def test_the_use_example_steps_a_toolhop_episode(tmp_path: Path) -> None:
     printed = run_python(doc_block("use-toolhop"), tmp_path)

@@ -36,7 +36,7 @@ CASES = [
     for i, kwargs in enumerate(env_class(env_id).contract_cases)
 ]
 """Every registered env with each keyword set its class declares (``contract_cases``), as Gymnasium's
-tests/envs/test_envs.py runs over its registry: a new env is checked without a new test."""
+Gymnasium/tests/envs/test_envs.py runs over its registry: a new env is checked without a new test."""
 
 
 def make_case(make, env_id, kwargs, sandbox):
