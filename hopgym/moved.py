@@ -26,6 +26,7 @@ MOVED_NAMES = {
         ("TASK_KEY", "select_tasks", "task_of_prompt"), "hopgym.serving.task_rows"
     ),
     "hopgym.serving.rollouts": dict.fromkeys(("TaskStart", "task_starts"), "hopgym.serving.task_rows"),
+    "hopgym.serving.verifiers_env": {"tool_def": "hopgym.serving.task_rows"},
 }
 """Module -> its names that moved out of it -> the module that holds each now (issue 38's one task-row
 builder). The old module reads them through :func:`moved_names`."""

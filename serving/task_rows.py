@@ -15,7 +15,7 @@ it starts with) and is written in one of two formats:
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,16 +52,20 @@ def select_tasks(
     return list(range(len(tasks)))[:limit]
 
 
-def task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> list[TaskStart]:
+def iter_task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> Iterator[TaskStart]:
     """The first observation and id of each task at ``indices`` (default: every task), from ``env``'s reset
-    on it: the prompt and tools an episode of the task starts with."""
-    starts = []
+    on it: the prompt and tools an episode of the task starts with. One reset per start taken, so a reader
+    of the first n resets only n."""
     for index in select_tasks(env) if indices is None else indices:
         observation, info = env.reset(options={"index": index})
         messages = [dict(message) for message in observation["messages"]]
         tools = [dict(tool) for tool in observation["tools"]]
-        starts.append(TaskStart(int(index), str(info["task_id"]), messages, tools))
-    return starts
+        yield TaskStart(int(index), str(info["task_id"]), messages, tools)
+
+
+def task_starts(env: gym.Env, indices: Sequence[int] | None = None) -> list[TaskStart]:
+    """Every start of :func:`iter_task_starts`."""
+    return list(iter_task_starts(env, indices))
 
 
 def trl_row(start: TaskStart) -> dict[str, Any]:
@@ -96,10 +100,12 @@ def tool_def(tool: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def verifiers_prompt(start: TaskStart) -> list[dict[str, Any]]:
+    """The task's first messages as verifiers holds a prompt (both its APIs): role and content only."""
+    return [{"role": m["role"], "content": m["content"]} for m in start.messages]
+
+
 def verifiers_row(start: TaskStart) -> dict[str, Any]:
     """The verifiers dataset row of a task (see the module docstring)."""
     info = {"index": start.index, "task_id": start.task_id, "tool_defs": [tool_def(t) for t in start.tools]}
-    return {
-        "prompt": [{"role": m["role"], "content": m["content"]} for m in start.messages],
-        "info": json.dumps(info),
-    }
+    return {"prompt": verifiers_prompt(start), "info": json.dumps(info)}

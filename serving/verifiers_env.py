@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import gymnasium as gym
 import verifiers as vf
@@ -30,9 +30,13 @@ from datasets import Dataset
 from hopgym.envs.chat import chat_env
 from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ActionError
+from hopgym.moved import moved_names
 from hopgym.serving.rollouts import Rollouts
 from hopgym.serving.task_rows import task_starts, verifiers_row
 from hopgym.serving.verifiers_common import action_of, episode_columns
+
+if not TYPE_CHECKING:  # the type checker flags an old path (and keeps checking every other name)
+    __getattr__ = moved_names(__name__)  # names that moved to hopgym.serving.task_rows still import
 
 T = TypeVar("T")
 EPISODE = "hopgym"

@@ -34,6 +34,7 @@ from hopgym.envs.outcome import NOT_ENDED, Outcome
 from hopgym.errors import ConfigError, DataError
 from hopgym.serving.mcp_tools import call_tool, mcp_tools
 from hopgym.serving.rollouts import make_env
+from hopgym.serving.task_rows import iter_task_starts, verifiers_prompt
 from hopgym.serving.verifiers_common import action_of, episode_columns
 
 
@@ -153,17 +154,15 @@ class HopgymTaskset(vf.Taskset[HopgymTask, HopgymTasksetConfig]):
     def load(self) -> Iterator[HopgymTask]:
         env = make_env(self.config.env, self.config.env_kwargs)
         try:
-            for index in range(len(chat_env(env).tasks)):
-                observation, info = env.reset(options={"index": index})
-                prompt = [{"role": m["role"], "content": m["content"]} for m in observation["messages"]]
+            for start in iter_task_starts(env):
                 data = HopgymData(
-                    idx=index,
-                    name=str(info["task_id"]),
-                    prompt=prompt,
+                    idx=start.index,
+                    name=start.task_id,
+                    prompt=verifiers_prompt(start),
                     env_id=self.config.env,
                     env_kwargs=self.config.env_kwargs,
-                    index=index,
-                    task_id=str(info["task_id"]),
+                    index=start.index,
+                    task_id=start.task_id,
                 )
                 yield HopgymTask(data, self.config.task)
         finally:

@@ -174,11 +174,8 @@ class EnvironmentSet:
         return env
 
     def release(self, env: gym.Env, healthy: bool) -> None:
-        async def give_back() -> None:
-            self.rollouts.release(env, healthy)
-
         self.held -= 1
-        self._loop.run_until_complete(give_back())
+        self.rollouts.release(env, healthy)  # the pool is safe from any thread, no loop needed
 
     def close(self) -> None:
         """Close every env of the pool and its sandbox workers (instances still holding one too); once."""

@@ -4,6 +4,7 @@ ToolHop-v0 and a scripted oracle solves it."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,7 +22,7 @@ import pytest
 import hopgym  # noqa: F401 - registers the envs
 from hopgym.agents.construction.checks import check_execution, check_signature, parse_proposed_call
 from hopgym.agents.construction.pipeline import report_path, rows_path
-from hopgym.agents.model.scripted_server import Script, ScriptedModelServer, ScriptedReply
+from hopgym.agents.model.scripted_server import ScriptedModelServer, ScriptedReply
 from hopgym.cli import main
 from hopgym.sandbox import make_sandbox
 from hopgym.tasks.toolhop.construction_rows import read_query_rows
@@ -260,25 +261,32 @@ def marked(question: str, row_id: str) -> str:
     return f"{question} [row {row_id}]"
 
 
-def gated_marked_model(first_rows: set[str], gate: threading.Event) -> Script:
-    """:func:`constructing_model` for questions marked with their row (:func:`marked`). A request that
-    names a row outside ``first_rows`` waits until ``gate`` is set: a run killed once some of its first rows
-    are done cannot have finished any other, however fast or slow the machine."""
+class RowGate:
+    """:func:`constructing_model` for questions marked with their row (:func:`marked`) that lets through the
+    requests of the first ``wave`` rows it hears of and holds every other row's until :attr:`opened` is set.
+    construct works on ``--concurrency`` rows at once (in no set order), so with ``wave`` that number the
+    rows heard of first each hold a place and finish: a run killed once some are done cannot have finished
+    any other, however fast or slow the machine."""
 
-    def model(request: dict[str, Any]) -> ScriptedReply:
+    def __init__(self, wave: int) -> None:
+        self.wave, self.admitted, self.opened = wave, set[str](), threading.Event()
+        self._lock = threading.Lock()
+
+    def model(self, request: dict[str, Any]) -> ScriptedReply:
         named = {row for m in request["messages"] for row in re.findall(r"\[row ([^\]]+)\]", m["content"])}
-        if not named <= first_rows:
-            gate.wait()
+        with self._lock:
+            for row in sorted(named - self.admitted)[: self.wave - len(self.admitted)]:
+                self.admitted.add(row)
+            held = not named <= self.admitted
+        if held:
+            self.opened.wait()
         messages = [
             {**message, "content": re.sub(r" \[row [^\]]+\]", "", message["content"])}
             for message in request["messages"]
         ]
         return constructing_model({**request, "messages": messages})
 
-    return model
 
-
-@pytest.mark.early  # three construct runs in subprocesses: 16 s under make test
 def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_path: Path) -> None:
     rows = [
         {
@@ -294,24 +302,27 @@ def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_pa
     queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "dataset.json"
     progress = rows_path(out)
-    first_rows, gate = {row["id"] for row in rows[:3]}, threading.Event()  # the 3 rows of the first wave
-    with ScriptedModelServer(gated_marked_model(first_rows, gate)) as server:
+    gate = RowGate(wave=3)  # construct's --concurrency below
+    with ScriptedModelServer(gate.model) as server:
         command = [
             sys.executable, "-m", "hopgym.cli", "construct", "--input", str(queries), "--model", server.model,
             "--api-base", server.api_base, "--api-key", "sk", "--out", str(out), "--max-attempts", "2",
             "--concurrency", "3", "--no-progress",
         ]  # fmt: skip
         first = subprocess.Popen(command, start_new_session=True)
-        deadline = time.monotonic() + 120
-        while not (progress.exists() and len(progress.read_text().splitlines()) >= 2):
-            assert first.poll() is None and time.monotonic() < deadline, "the first run did not progress"
-            time.sleep(0.05)
-        os.killpg(first.pid, signal.SIGKILL)
-        first.wait(timeout=60)
-        gate.set()  # the killed run's waiting requests answer a dead client; the next runs are not held
+        try:
+            deadline = time.monotonic() + 120
+            while not (progress.exists() and len(progress.read_text().splitlines()) >= 2):
+                assert first.poll() is None and time.monotonic() < deadline, "the first run did not progress"
+                time.sleep(0.05)
+        finally:  # killed whatever happened: its own session would outlive the test
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(first.pid, signal.SIGKILL)
+            first.wait(timeout=60)
+            gate.opened.set()  # the killed run's held requests answer a dead client; the next runs go on
         before = progress.read_text()
         done_before = [json.loads(line)["id"] for line in before.splitlines()]
-        assert len(done_before) >= 2 and set(done_before) <= first_rows
+        assert len(done_before) >= 2 and set(done_before) <= gate.admitted
         assert not out.exists()  # the dataset is written only once every row is done
         seen = len(server.requests)
         again = subprocess.run(command, capture_output=True, text=True, timeout=120)

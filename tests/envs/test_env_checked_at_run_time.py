@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -26,6 +25,7 @@ from hopgym.envs.env_checker import ContractChecker
 from hopgym.errors import ConfigError, ContractError, EnvServerError
 from hopgym.serving.rollouts import make_env
 from tests.extras import require_extra
+from tests.servers import hopgym
 from tests.test_env_declares import ENV_ID, RiddleEnv
 
 MODULE = "tests.envs.test_env_checked_at_run_time"
@@ -112,10 +112,6 @@ def test_the_checker_checks_only_the_first_reset_and_step_and_opts_out_as_gymnas
         env.close()
     with pytest.raises(ConfigError, match="disable_env_checker must be true or false, got 'yes'"):
         make_env(ENV_ID, {"disable_env_checker": "yes"})
-
-
-def hopgym(*args: str) -> list[str]:
-    return [sys.executable, "-m", "hopgym.cli", *args]
 
 
 def test_serve_env_refuses_to_start_an_env_broken_on_reset() -> None:
