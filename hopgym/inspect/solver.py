@@ -58,7 +58,9 @@ _OPEN: set[TaskRollouts] = set()
 """The tasks' rollouts with envs open in this process."""
 
 
-@hooks(name="hopgym_task_rollouts", description="Closes hopgym's envs and sandboxes when an Inspect run ends.")
+@hooks(
+    name="hopgym_task_rollouts", description="Closes hopgym's envs and sandboxes when an Inspect run ends."
+)
 class CloseTaskRollouts(Hooks):
     async def on_run_end(self, data: RunEnd) -> None:
         while _OPEN:
