@@ -329,7 +329,9 @@ def construct_dataset(
             async with slots:
                 return await constructor.construct_row(row)
 
-        for done in asyncio.as_completed([one(row) for row in pending]):
+        # Tasks made in the input's order take the slots in that order (as_completed over bare coroutines
+        # would start them in a set's order): a run cut short has done the first rows.
+        for done in asyncio.as_completed([asyncio.ensure_future(one(row)) for row in pending]):
             record = await done
             writer.write(asdict(record))
             finished[record.id] = record

@@ -341,3 +341,21 @@ def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_pa
     assert [row["id"] for row in report["details"]] == [row["id"] for row in rows]
     dataset = json.loads(out.read_text())
     assert [row["id"] for row in dataset] == [r["id"] for r in rows if not r["id"].startswith("atlantis")]
+
+
+def test_rows_are_started_in_the_order_of_the_input(tmp_path: Path) -> None:
+    """One row at a time, construct finishes them in the input's order: a run cut short has done the first
+    rows, as a reader of the input expects (and --resume picks up from there)."""
+    rows = [{**row, "id": f"{row['id']}-{copy}"} for copy in range(4) for row in ROWS]
+    queries = tmp_path / "queries.jsonl"
+    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    out = tmp_path / "dataset.json"
+    with ScriptedModelServer(constructing_model) as server:
+        code_ = main([
+            "construct", "--input", str(queries), "--model", server.model, "--api-base", server.api_base,
+            "--api-key", "sk", "--out", str(out), "--max-attempts", "2", "--concurrency", "1",
+            "--no-progress",
+        ])  # fmt: skip
+    assert code_ == 0
+    done = [json.loads(line)["id"] for line in rows_path(out).read_text().splitlines()]
+    assert done == [row["id"] for row in rows]
