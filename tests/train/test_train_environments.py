@@ -28,7 +28,6 @@ if MISSING and os.environ.get("CI") != "true":
 from hopgym.errors import ConfigError, HopgymError  # noqa: E402
 from hopgym.train.environments import EnvironmentSet, final_answer, mixed, tool_method  # noqa: E402
 from tests.extras import TORCH_GROUP  # noqa: E402
-from tests.train.test_train_grpo import tiny_model  # noqa: E402, F401 - the 2-layer model fixture
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 KGTOOL = {"kg": "family-e", "patterns": "1p", "n": 4, "n_distractors": 0, "max_turns": 2}
@@ -342,7 +341,7 @@ def one_step(
 def test_one_grpo_step_through_environment_factory_scores_each_rollout_as_env_step_does(
     tmp_path,
     monkeypatch,
-    tiny_model,  # noqa: F811 - the fixture imported above
+    tiny_model,
 ):
     """Two ToolHop queries with different tool sets, 2 rollouts each, through TRL's own tool loop: every
     rollout's reward (the only non-NaN column: its class's get_reward) equals the reward of its turns sent
@@ -379,7 +378,7 @@ def test_one_grpo_step_through_environment_factory_scores_each_rollout_as_env_st
 def test_a_run_mixing_toolhop_familytool_and_kgtool_completes(
     tmp_path,
     monkeypatch,
-    tiny_model,  # noqa: F811 - the fixture imported above
+    tiny_model,
 ):
     """One step over three envs through TRL's dict environment_factory: each rollout is scored by its own
     env's class, and each reward replays equal through that env's step."""

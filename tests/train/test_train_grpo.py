@@ -42,7 +42,6 @@ from hopgym.train.sft import demonstrations, tokenized, warm_start  # noqa: E402
 from tests.extras import GRPO_GROUP, unavailable  # noqa: E402
 from tests.paths import ROOT  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
-from tests.tiny_model import save_tiny_model  # noqa: E402
 
 # hopgym.train.grpo and .steplog (TRL, transformers, torch: seconds of imports) are imported by the tests
 # that use them, so that the xdist workers not running this module do not load them while collecting.
@@ -293,12 +292,6 @@ def test_a_link_at_the_converted_models_path_is_not_followed(tmp_path):
     (tmp_path / "link").symlink_to(real)
     assert why_not_converted(real, "a" * 64) is None
     assert why_not_converted(tmp_path / "link", "a" * 64) == "it is not a folder"
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory):
-    """A 2-layer Llama with random weights and SmolLM2's tokenizer: trains and checkpoints in seconds."""
-    return save_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 def _train_arguments(model: Path, out: Path, *extra: str) -> list[str]:
