@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hopgym.sandbox.isolation import WORKER_FILES
-from tests.test_layering import ROOT, hopgym_imports, module_name, package_files
+from tests.package_imports import hopgym_imports, module_name, package_files
+from tests.paths import ROOT
 
 
 def import_graph(sources: dict[str, str]) -> dict[str, set[str]]:

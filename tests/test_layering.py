@@ -7,12 +7,12 @@ those folders hold only subpackages and a few shared modules (docs/contracts.md 
 from __future__ import annotations
 
 import ast
-from pathlib import Path
 
 import pytest
 import setuptools
 import tomllib
 
+from tests.package_imports import FOLDERS, hopgym_imports, module_name, package_files
 from tests.paths import ROOT
 
 LAYERS = {
@@ -36,9 +36,6 @@ LAYERS = {
     "hopgym.commands": 7,
 }
 """Module-name prefix -> layer; the longest matching prefix decides."""
-FOLDERS = {"hopgym": "hopgym", "tasks": "hopgym.tasks", "sandbox": "hopgym.sandbox", "envs": "hopgym.envs"}
-FOLDERS |= {"agents": "hopgym.agents", "tools_generated": "hopgym.tools_generated", "train": "hopgym.train"}
-FOLDERS |= {"serving": "hopgym.serving"}
 ROOT_MODULES = {
     "hopgym",
     "hopgym.errors",
@@ -108,45 +105,11 @@ harness; nothing else depends on it being installed)."""
 ROOT_OF = {package: ROOT / folder for folder, package in FOLDERS.items()}
 
 
-def module_name(path: Path) -> str:
-    relative = path.relative_to(ROOT).with_suffix("")
-    parts = [FOLDERS[relative.parts[0]], *relative.parts[1:]]
-    return ".".join(parts).removesuffix(".__init__")
-
-
 def layer_of(module: str) -> int:
     prefixes = [p for p in LAYERS if module == p or module.startswith(p + ".")]
     if not prefixes:
         raise AssertionError(f"{module} is in no layer; give it one in tests/test_layering.py LAYERS")
     return LAYERS[max(prefixes, key=len)]
-
-
-def dynamic_import(node: ast.AST) -> str | None:
-    """The module a call ``importlib.import_module("...")`` or ``__import__("...")`` names by a literal."""
-    if not isinstance(node, ast.Call) or not node.args or not isinstance(node.args[0], ast.Constant):
-        return None
-    function = node.func
-    name = function.attr if isinstance(function, ast.Attribute) else getattr(function, "id", None)
-    module = node.args[0].value
-    return module if name in ("import_module", "__import__") and isinstance(module, str) else None
-
-
-def hopgym_imports(source: str) -> list[tuple[int, str]]:
-    """(line, imported module or module.name) for every ``hopgym`` import, nested and dynamic ones
-    (a literal module name) included."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        module = dynamic_import(node)
-        if module is not None and module.split(".")[0] == "hopgym":
-            found.append((node.lineno, module))
-        if isinstance(node, ast.ImportFrom):
-            if node.level:
-                found.append((node.lineno, f"relative import .{node.module or ''} (use hopgym.…)"))
-            elif node.module and node.module.split(".")[0] == "hopgym":
-                found += [(node.lineno, f"{node.module}.{alias.name}") for alias in node.names]
-        elif isinstance(node, ast.Import):
-            found += [(node.lineno, a.name) for a in node.names if a.name.split(".")[0] == "hopgym"]
-    return found
 
 
 def upward_imports(module: str, source: str) -> list[str]:
@@ -207,12 +170,6 @@ def misplaced(folder: str, entries: dict[str, bool]) -> list[str]:
             kind = "subpackage" if is_package else "module directly"
             problems.append(f"{folder}.{name}: a {kind} in this folder that SUBPACKAGES/SHARED_MODULES lack")
     return problems
-
-
-def package_files() -> list[Path]:
-    files = [path for folder in FOLDERS for path in sorted((ROOT / folder).rglob("*.py"))]
-    assert len(files) > 50, "the package's modules were not found"
-    return files
 
 
 def test_no_module_imports_a_higher_layer():

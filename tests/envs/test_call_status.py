@@ -27,8 +27,8 @@ from hopgym.sandbox.base import CallStatus as SandboxStatus
 from hopgym.serving.mcp_tools import MCP_ERROR_TYPES, mcp_error_type
 from hopgym.tasks.toolhop.loader import load_toolhop
 from hopgym.train.rewards import DEFAULT_CALL_WEIGHTS, ShapedReward
-from tests.paths import FIXTURES
-from tests.test_layering import ROOT, hopgym_imports, module_name, package_files
+from tests.package_imports import hopgym_imports, module_name, package_files
+from tests.paths import FIXTURES, ROOT
 
 FIXTURE = FIXTURES / "toolhop" / "official_sample.json"
 
