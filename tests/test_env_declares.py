@@ -28,6 +28,7 @@ from hopgym.envs.env_options import env_class
 from hopgym.errors import ConfigError
 from hopgym.sandbox.base import Sandbox
 from tests.extras import require_extra
+from tests.package_imports import FOLDERS
 from tests.paths import ROOT
 
 ENV_ID = "DoubleRiddle-v0"
@@ -241,14 +242,16 @@ EXEMPT = {
     / "agent.py": "FamilyTool's paper method, whose help names the env "
     "it was written for; it reads the env only through first_turn and info",
 }
+NOT_ABOVE_ENVS = {"hopgym", "tasks", "sandbox", "envs", "tools_generated"}
 ABOVE_ENVS = [
-    *(ROOT / "agents").rglob("*.py"),
-    *(ROOT / "train").rglob("*.py"),
+    *(path for folder in FOLDERS if folder not in NOT_ABOVE_ENVS for path in (ROOT / folder).rglob("*.py")),
     *(ROOT / "hopgym").glob("*.py"),
     *(ROOT / "hopgym" / "commands").glob("*.py"),
+    *(ROOT / "hopgym" / "inspect").glob("*.py"),
 ]
-"""The package above ``envs/`` (``hopgym/`` holds links to the layer folders; its own modules are the CLI);
-``tasks/`` and ``sandbox/`` sit below and cannot import an env."""
+"""The package above ``envs/``: every layer folder above it (serving, agents, train; a new one joins by its
+place in the layering), and ``hopgym/``'s own modules (the CLI, the Inspect adapter; its other entries are
+links to the layer folders). ``tasks/`` and ``sandbox/`` sit below and cannot import an env."""
 
 
 @pytest.fixture(scope="module")
@@ -283,7 +286,9 @@ def test_the_check_finds_each_kind_of_env_knowledge(paper_metrics: list[str]) ->
     assert env_knowledge('if getattr(inner, "kg_mode", None) == "extract":\n', paper_metrics) == ["kg_mode"]
     assert env_knowledge('columns = ("tool_em", "hits@1")\n', paper_metrics) == ["hits@1", "tool_em"]
     assert env_knowledge("the tool_em column; ToolHopEnvs; first_turn\n", paper_metrics) == []
-    assert any(path.name == "registry.py" for path in ABOVE_ENVS)  # the scan reaches the agents
+    assert {"registry.py", "verifiers_env.py", "solver.py"} <= {
+        path.name for path in ABOVE_ENVS
+    }  # every layer
 
 
 def test_a_run_folder_naming_a_third_party_env_imports_no_code(
