@@ -144,19 +144,28 @@ def constructing_model(request: dict[str, Any]) -> ScriptedReply:
     return ScriptedReply(content="```json\n" + json.dumps(reply) + "\n```")
 
 
+def construct_args(
+    rows: list[dict[str, Any]], folder: Path, server: ScriptedModelServer, *extra: str
+) -> list[str]:
+    """``hopgym construct`` of ``rows`` (written to ``folder``) against ``server``, two attempts a stage,
+    into ``folder/dataset.json``."""
+    queries = folder / "queries.jsonl"
+    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    return [
+        "construct", "--input", str(queries), "--model", server.model, "--api-base", server.api_base,
+        "--api-key", "sk", "--out", str(folder / "dataset.json"), "--max-attempts", "2", "--no-progress",
+        *extra,
+    ]  # fmt: skip
+
+
 @pytest.fixture(scope="module")
 def constructed(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> tuple[Path, dict[str, Any], list[dict[str, Any]]]:
     folder = tmp_path_factory.mktemp("construct")
-    queries = folder / "queries.jsonl"
-    queries.write_text("".join(json.dumps(row) + "\n" for row in ROWS))
     out = folder / "dataset.json"
     with ScriptedModelServer(constructing_model) as server:
-        code_ = main([
-            "construct", "--input", str(queries), "--model", server.model, "--api-base", server.api_base,
-            "--api-key", "sk", "--out", str(out), "--max-attempts", "2", "--no-progress",
-        ])  # fmt: skip
+        code_ = main(construct_args(ROWS, folder, server))
         requests = server.requests
     assert code_ == 0
     return out, json.loads(report_path(out).read_text()), requests
@@ -298,17 +307,12 @@ def test_construct_killed_mid_run_then_resumed_has_every_row_exactly_once(tmp_pa
         for copy in range(4)
         for row in ROWS
     ]
-    queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
     out = tmp_path / "dataset.json"
     progress = rows_path(out)
     gate = RowGate(wave=3)  # construct's --concurrency below
     with ScriptedModelServer(gate.model) as server:
-        command = [
-            sys.executable, "-m", "hopgym.cli", "construct", "--input", str(queries), "--model", server.model,
-            "--api-base", server.api_base, "--api-key", "sk", "--out", str(out), "--max-attempts", "2",
-            "--concurrency", "3", "--no-progress",
-        ]  # fmt: skip
+        arguments = construct_args(rows, tmp_path, server, "--concurrency", "3")
+        command = [sys.executable, "-m", "hopgym.cli", *arguments]
         first = subprocess.Popen(command, start_new_session=True)
         try:
             deadline = time.monotonic() + 120
@@ -347,15 +351,8 @@ def test_rows_are_started_in_the_order_of_the_input(tmp_path: Path) -> None:
     """One row at a time, construct finishes them in the input's order: a run cut short has done the first
     rows, as a reader of the input expects (and --resume picks up from there)."""
     rows = [{**row, "id": f"{row['id']}-{copy}"} for copy in range(4) for row in ROWS]
-    queries = tmp_path / "queries.jsonl"
-    queries.write_text("".join(json.dumps(row) + "\n" for row in rows))
-    out = tmp_path / "dataset.json"
     with ScriptedModelServer(constructing_model) as server:
-        code_ = main([
-            "construct", "--input", str(queries), "--model", server.model, "--api-base", server.api_base,
-            "--api-key", "sk", "--out", str(out), "--max-attempts", "2", "--concurrency", "1",
-            "--no-progress",
-        ])  # fmt: skip
+        code_ = main(construct_args(rows, tmp_path, server, "--concurrency", "1"))
     assert code_ == 0
-    done = [json.loads(line)["id"] for line in rows_path(out).read_text().splitlines()]
+    done = [json.loads(line)["id"] for line in rows_path(tmp_path / "dataset.json").read_text().splitlines()]
     assert done == [row["id"] for row in rows]
